@@ -1,0 +1,1 @@
+"""Benchmarks mounted by the CLI (``rtc-agent bench ...``)."""

@@ -1,0 +1,104 @@
+"""The ``rtc-agent`` command: ``serve`` runs the server, ``bench`` measures it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from rtc_agent import __version__
+from rtc_agent.config import ENV_PREFIX, SettingsError, add_arguments, settings_from_args
+
+log = logging.getLogger("rtc_agent")
+
+# name -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> dict.
+BENCHMARKS = {
+    "loop": ("rtc_agent.bench.loop_lag", "event-loop lag while engines are busy (worker scheduling)"),
+}
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    logging.getLogger("aioice").setLevel(max(logging.WARNING, logging.getLogger().level))
+    logging.getLogger("aiortc").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rtc-agent",
+        description="A self-hosted realtime media agent: live captions, simultaneous interpretation and a "
+                    "voice agent over WebRTC.",
+        epilog="Run 'rtc-agent serve --help' for every server option. Each option can also be set in a TOML "
+               f"file (--config) or as an environment variable ({ENV_PREFIX}<OPTION>).",
+    )
+    parser.add_argument("--version", action="version", version=f"rtc-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser(
+        "serve", help="run the server (pages, signaling, APIs)",
+        description="Run the HTTP + WebRTC server. Precedence, lowest first: defaults, --config FILE, "
+                    f"{ENV_PREFIX}* environment variables, command-line flags.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", metavar="FILE", default=None,
+                       help=f"TOML file with settings (keys are the option names with underscores) "
+                            f"[env {ENV_PREFIX}CONFIG]")
+    add_arguments(serve)
+
+    bench = commands.add_parser("bench", help="measure speed and quality; writes JSON",
+                                description="Benchmarks. Each writes its results as JSON (to --out or stdout).")
+    kinds = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        sub = kinds.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(sub)
+        sub.set_defaults(bench_module=module)
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from rtc_agent.server import create_app
+
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"rtc-agent: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log_level)
+    log.info("rtc-agent %s on http://%s:%d", __version__, settings.host, settings.port)
+    app = create_app(settings)
+    web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
+                shutdown_timeout=10.0)
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    setup_logging("info")
+    module = importlib.import_module(args.bench_module)
+    result = module.main(args)
+    if asyncio.iscoroutine(result):
+        result = asyncio.run(result)
+    if not getattr(args, "out", None):
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

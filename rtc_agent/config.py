@@ -1,0 +1,233 @@
+"""Server settings: defaults, a TOML file, ``RTC_AGENT_*`` environment variables and command-line flags.
+
+Precedence, lowest first: defaults < ``--config FILE`` (TOML) < environment < command line. Every field of
+:class:`Settings` becomes a flag (``max_sessions`` -> ``--max-sessions``) and an environment variable
+(``RTC_AGENT_MAX_SESSIONS``); its ``help`` metadata is what ``rtc-agent serve --help`` prints.
+
+TOML keys are the field names. Tables are allowed for grouping and are flattened: ``[ice] turn_secret = "x"``
+and a top-level ``turn_secret = "x"`` mean the same; ``[engines.asr] model = "large-v3"`` sets ``asr_model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "RTC_AGENT_"
+ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _opt(default: Any, help: str, group: str = "server", **extra: Any) -> Any:
+    meta = {"help": help, "group": group, **extra}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Settings:
+    """Everything the server can be told. Field names are the contract for TOML keys, flags and env vars."""
+
+    host: str = _opt("127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
+    port: int = _opt(8080, "TCP port for HTTP and signaling.")
+    log_level: str = _opt("info", "Logging level: debug, info, warning or error.")
+    max_sessions: int = _opt(16, "Most sessions open at once; more get 503 with Retry-After.", "sessions")
+    max_session_seconds: float = _opt(
+        4 * 3600.0, "A session is closed after this many seconds (0 = no limit).", "sessions"
+    )
+    heartbeat_timeout_s: float = _opt(
+        10.0, "Close a session when no client message (ping or other) arrived for this long.", "sessions"
+    )
+    connect_timeout_s: float = _opt(
+        30.0, "Close a session whose peer connection and event channel are not up after this long.", "sessions"
+    )
+    max_body_bytes: int = _opt(256 * 1024, "Largest JSON or SDP request body accepted (413 above).", "sessions")
+    max_event_bytes: int = _opt(64 * 1024, "Largest data-channel message accepted (an error event above).",
+                                "sessions")
+    stun_urls: list[str] = _opt([], "STUN server URLs for both peers (comma-separated), e.g. "
+                                    "stun:stun.example.org:3478.", "ice")
+    turn_urls: list[str] = _opt([], "TURN server URLs (comma-separated), e.g. turn:turn.example.org:3478?"
+                                    "transport=udp.", "ice")
+    turn_secret: str = _opt("", "Shared secret of coturn's use-auth-secret: clients get time-limited "
+                                "credentials (TURN REST API).", "ice", secret=True)
+    turn_username: str = _opt("", "Static TURN username (when no turn secret is set).", "ice")
+    turn_credential: str = _opt("", "Static TURN password (when no turn secret is set).", "ice", secret=True)
+    turn_ttl_s: int = _opt(24 * 3600, "Lifetime of generated TURN credentials in seconds.", "ice")
+    ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
+    video_fps: float = _opt(1.0, "Camera frames per second handed to the apps.", "media")
+    video_max_edge: int = _opt(512, "Longest edge in pixels of frames handed to the apps.", "media")
+    echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
+    max_output_seconds: float = _opt(120.0, "Most seconds of speech queued on a session's outgoing track.",
+                                     "media")
+    cache_dir: str = _opt(str(Path.home() / ".cache" / "rtc-agent"),
+                          "Folder for assembled and converted model files.", "engines")
+    static_dir: str = _opt(str(PROJECT_ROOT / "static"), "Folder of the browser client's static files.", "pages")
+    templates_dir: str = _opt(str(PROJECT_ROOT / "templates"), "Folder of the page templates.", "pages")
+    # Engine switches, the same for every kind (DESIGN.md section 6).
+    asr_engine: str = _opt("embedded", "Speech recognition engine: embedded or openai.", "engines")
+    asr_url: str = _opt("", "Base URL of an OpenAI-compatible ASR server.", "engines")
+    asr_model: str = _opt("", "ASR model name or path (empty = the embedded default).", "engines")
+    st_engine: str = _opt("embedded", "Speech translation engine: embedded, openai or cascade.", "engines")
+    st_url: str = _opt("", "Base URL of an OpenAI-compatible speech-translation server.", "engines")
+    st_model: str = _opt("", "Speech-translation model name or path.", "engines")
+    llm_engine: str = _opt("embedded", "LLM engine: embedded or openai.", "engines")
+    llm_url: str = _opt("", "Base URL of an OpenAI-compatible chat-completions server.", "engines")
+    llm_model: str = _opt("", "LLM model name or path.", "engines")
+    tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
+    tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
+    tts_model: str = _opt("", "TTS model or voice name.", "engines")
+    vlm_engine: str = _opt("embedded", "Vision engine: embedded, transformers, moss or openai.", "engines")
+    vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")
+    vlm_model: str = _opt("", "Vision model name or path.", "engines")
+
+    def public(self) -> dict[str, Any]:
+        """The settings with secrets masked, for logs and session descriptions."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = "***" if f.metadata.get("secret") and value else value
+        return out
+
+    def engine(self, kind: str) -> dict[str, str]:
+        """``{"engine", "url", "model"}`` of one engine kind."""
+        return {k: getattr(self, f"{kind}_{k}") for k in ("engine", "url", "model")}
+
+
+class SettingsError(ValueError):
+    """A setting could not be read: unknown TOML key, wrong type, bad environment value."""
+
+
+def _field_type(f: dataclasses.Field) -> type:
+    hints = typing.get_type_hints(Settings)
+    t = hints[f.name]
+    if isinstance(t, types.GenericAlias) and t.__origin__ is list:
+        return list
+    return t
+
+
+def _coerce(f: dataclasses.Field, value: Any, source: str) -> Any:
+    kind = _field_type(f)
+    try:
+        if kind is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return list(value)
+            raise TypeError("expected a list of strings")
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                return value.lower() in ("1", "true", "yes", "on")
+            raise TypeError("expected true or false")
+        if kind is int and isinstance(value, float):
+            raise TypeError("expected an integer")
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}")
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{source}: bad value {value!r} for {f.name}: {exc}") from None
+
+
+def _flatten_toml(data: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        key = key.replace("-", "_")
+        if key == "engines" and isinstance(value, dict):
+            for kind, table in value.items():
+                if not isinstance(table, dict):
+                    raise SettingsError(f"[engines.{kind}] must be a table")
+                for k, v in table.items():
+                    flat[f"{kind}_{k.replace('-', '_')}"] = v
+        elif isinstance(value, dict) and key not in names:
+            flat.update(_flatten_toml(value, names))
+        else:
+            flat[key] = value
+    return flat
+
+
+def load_settings(config_file: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+                  overrides: dict[str, Any] | None = None) -> Settings:
+    """Build settings from defaults, the TOML file, the environment and explicit overrides (highest)."""
+    env = os.environ if env is None else env
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    values: dict[str, Any] = {}
+    if config_file is None:
+        config_file = env.get(ENV_PREFIX + "CONFIG") or None
+    if config_file:
+        path = Path(config_file)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise SettingsError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{path}: invalid TOML: {exc}") from None
+        for key, value in _flatten_toml(data, set(fields)).items():
+            if key not in fields:
+                raise SettingsError(f"{path}: unknown setting {key!r}")
+            values[key] = _coerce(fields[key], value, str(path))
+    for name, f in fields.items():
+        raw = env.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = _coerce(f, raw, ENV_PREFIX + name.upper())
+    for name, value in (overrides or {}).items():
+        if name not in fields:
+            raise SettingsError(f"unknown setting {name!r}")
+        values[name] = _coerce(fields[name], value, "--" + name.replace("_", "-"))
+    settings = Settings(**values)
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    """Reject settings that cannot work, with a message naming the setting."""
+    if not 0 < settings.port < 65536:
+        raise SettingsError(f"port must be 1-65535, got {settings.port}")
+    if settings.max_sessions < 1:
+        raise SettingsError("max_sessions must be at least 1")
+    if settings.ice_transport_policy not in ("all", "relay"):
+        raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
+    if settings.video_fps <= 0 or settings.video_max_edge < 16:
+        raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
+    if settings.heartbeat_timeout_s <= 0:
+        raise SettingsError("heartbeat_timeout_s must be > 0")
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise SettingsError("log_level must be debug, info, warning or error")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, grouped, with its default and environment variable in the help."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    defaults = Settings()
+    for f in dataclasses.fields(Settings):
+        group_name = f.metadata.get("group", "server")
+        group = groups.get(group_name) or groups.setdefault(
+            group_name, parser.add_argument_group(f"{group_name} options")
+        )
+        default = getattr(defaults, f.name)
+        shown = ",".join(default) if isinstance(default, list) else default
+        if f.metadata.get("secret"):
+            shown = "unset"
+        help_text = f"{f.metadata['help']} [default: {shown!s}; env {ENV_PREFIX}{f.name.upper()}]"
+        flag = "--" + f.name.replace("_", "-")
+        kind = _field_type(f)
+        if kind is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=help_text)
+        else:
+            metavar = {int: "N", float: "X", list: "A,B"}.get(kind, "VALUE")
+            group.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    names = {f.name for f in dataclasses.fields(Settings)}
+    overrides = {k: v for k, v in vars(args).items() if k in names}
+    return load_settings(getattr(args, "config", None), overrides=overrides)

@@ -1,0 +1,48 @@
+"""The aiohttp application factory: routes, shared objects, start-up and shutdown."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aiohttp import web
+
+from rtc_agent.config import Settings
+from rtc_agent.metrics import Metrics
+from rtc_agent.server import health, pages, signaling
+from rtc_agent.server.http_errors import error_middleware
+from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, SETTINGS, STARTED_AT, WORKER
+from rtc_agent.server.registry import SessionRegistry
+from rtc_agent.worker import LoopLagMonitor, Worker
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, worker: Worker | None = None) -> web.Application:
+    """A ready-to-run server. ``worker`` lets a caller share engines between apps (tests, benchmarks)."""
+    settings = settings or Settings()
+    metrics = Metrics()
+    app = web.Application(middlewares=[error_middleware(metrics)],
+                          client_max_size=max(settings.max_body_bytes, 1024 * 1024))
+    app[SETTINGS] = settings
+    app[METRICS] = metrics
+    app[REGISTRY] = SessionRegistry(settings.max_sessions, metrics)
+    app[WORKER] = worker or Worker(metrics)
+    app[LAG_MONITOR] = LoopLagMonitor(metrics)
+    app[STARTED_AT] = time.monotonic()
+    health.add_routes(app)
+    signaling.add_routes(app)
+    pages.add_routes(app, settings.templates_dir, settings.static_dir)
+    app.on_startup.append(_start)
+    app.on_shutdown.append(_shutdown)
+    return app
+
+
+async def _start(app: web.Application) -> None:
+    app[LAG_MONITOR].start()
+
+
+async def _shutdown(app: web.Application) -> None:
+    await app[REGISTRY].close_all("server_shutdown")
+    await app[LAG_MONITOR].stop()
+    await app[WORKER].close()

@@ -1,0 +1,68 @@
+"""JSON errors for the HTTP API: ``{"error": {"type", "code", "message"}}`` with a fitting status."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from rtc_agent.errors import AgentError, InvalidRequest, PayloadTooLarge
+from rtc_agent.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(exc: AgentError) -> web.Response:
+    headers = {}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    return web.json_response({"error": exc.to_dict()}, status=exc.status, headers=headers)
+
+
+def error_middleware(metrics: Metrics) -> Callable:
+    """Turn :class:`AgentError`, aiohttp's HTTP errors under ``/v1/`` and crashes into JSON error bodies."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except AgentError as exc:
+            metrics.errors.labels(code=exc.code).inc()
+            return error_response(exc)
+        except web.HTTPException as exc:
+            if not request.path.startswith("/v1/") or exc.status < 400:
+                raise
+            code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+                exc.status, "http_error")
+            metrics.errors.labels(code=code).inc()
+            err = AgentError(exc.reason or "error", code=code, status=exc.status)
+            err.type = "invalid_request_error"
+            return error_response(err)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            metrics.errors.labels(code="internal_error").inc()
+            return error_response(AgentError("internal server error"))
+
+    return middleware
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes with 413 before reading it all."""
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"request body of {request.content_length} bytes exceeds the limit of {limit}")
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+def decode_text(body: bytes, what: str) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest(f"{what} is not valid UTF-8", code="invalid_encoding") from None

@@ -1,0 +1,158 @@
+"""Session routes: create (JSON or WHIP-style SDP), trickle ICE, describe, end, and the ICE servers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from rtc_agent.apps import APPS
+from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
+from rtc_agent.server.http_errors import decode_text, read_body
+from rtc_agent.server.ice import ice_servers
+from rtc_agent.server.keys import METRICS, REGISTRY, SETTINGS, WORKER
+from rtc_agent.server.session import Session
+
+SDP_TYPE = "application/sdp"
+TRICKLE_TYPE = "application/trickle-ice-sdpfrag"
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(decode_text(body, "the body"))
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+def _app_class(name: Any) -> type:
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"'app' must name one of: {', '.join(sorted(APPS))}", code="missing_app")
+    cls = APPS.get(name)
+    if cls is None:
+        raise InvalidRequest(f"unknown app {name!r}; available: {', '.join(sorted(APPS))}", code="unknown_app")
+    return cls
+
+
+async def create_session(request: web.Request) -> web.Response:
+    """``POST /v1/sessions``: JSON ``{app, sdp, type: "offer", config}`` or WHIP-style ``application/sdp``."""
+    app = request.app
+    settings, registry = app[SETTINGS], app[REGISTRY]
+    content_type = request.content_type
+    if content_type not in ("application/json", SDP_TYPE):
+        raise UnsupportedMediaType(
+            f"POST /v1/sessions takes application/json or {SDP_TYPE}, not {content_type or 'no content type'}"
+        )
+    registry.check_capacity()
+    body = await read_body(request, settings.max_body_bytes)
+    whip = content_type == SDP_TYPE
+    if whip:
+        sdp = decode_text(body, "the SDP offer")
+        app_name: Any = request.query.get("app")
+        config: Any = _json(request.query["config"].encode()) if "config" in request.query else {}
+    else:
+        data = _json(body)
+        if not isinstance(data, dict):
+            raise InvalidRequest("the body must be a JSON object", code="invalid_request")
+        if data.get("type", "offer") != "offer":
+            raise InvalidRequest("'type' must be 'offer'", code="invalid_sdp_type")
+        sdp = data.get("sdp")
+        if not isinstance(sdp, str) or not sdp.strip():
+            raise InvalidRequest("'sdp' must be a non-empty SDP offer string", code="invalid_sdp")
+        app_name, config = data.get("app"), data.get("config") or {}
+    app_cls = _app_class(app_name)
+    if not isinstance(config, dict):
+        raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
+    config = app_cls.validate_config(config, settings)
+    session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
+                      on_closed=registry.closed)
+    registry.add(session)
+    try:
+        answer = await session.accept(sdp)
+    except BaseException:
+        await session.close("setup_failed")
+        raise
+    location = f"/v1/sessions/{session.id}"
+    if whip:
+        return web.Response(status=201, text=answer, content_type=SDP_TYPE, headers={"Location": location})
+    return web.json_response({"session_id": session.id, "sdp": answer, "type": "answer"}, status=201,
+                             headers={"Location": location})
+
+
+def _parse_sdpfrag(text: str) -> tuple[list[dict[str, Any]], bool]:
+    """Candidates and end-of-candidates from a WHIP ``application/trickle-ice-sdpfrag`` body."""
+    candidates: list[dict[str, Any]] = []
+    end = False
+    mid: str | None = None
+    mline = -1
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("m="):
+            mline += 1
+            mid = None
+        elif line.startswith("a=mid:"):
+            mid = line[6:]
+        elif line.startswith("a=candidate:"):
+            candidates.append({"candidate": line[2:], "sdpMid": mid, "sdpMLineIndex": max(mline, 0)})
+        elif line == "a=end-of-candidates":
+            end = True
+    return candidates, end
+
+
+async def patch_session(request: web.Request) -> web.Response:
+    """``PATCH /v1/sessions/{id}``: trickle ICE, as JSON ``{candidates, end_of_candidates}`` or an SDP fragment."""
+    settings, registry = request.app[SETTINGS], request.app[REGISTRY]
+    session = registry.get(request.match_info["session_id"], include_ended=False)
+    body = await read_body(request, settings.max_body_bytes)
+    if request.content_type == "application/json":
+        data = _json(body)
+        if not isinstance(data, dict):
+            raise InvalidRequest("the body must be a JSON object", code="invalid_request")
+        candidates = data.get("candidates", [])
+        if "candidate" in data:  # a single RTCIceCandidateInit
+            candidates = [data]
+        if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
+            raise InvalidRequest("'candidates' must be a list of RTCIceCandidateInit objects",
+                                 code="invalid_candidate")
+        end = bool(data.get("end_of_candidates", False))
+    elif request.content_type == TRICKLE_TYPE:
+        candidates, end = _parse_sdpfrag(decode_text(body, "the SDP fragment"))
+    else:
+        raise UnsupportedMediaType(f"PATCH takes application/json or {TRICKLE_TYPE}")
+    await session.add_candidates(candidates, end)
+    return web.Response(status=204)
+
+
+async def get_session(request: web.Request) -> web.Response:
+    session = request.app[REGISTRY].get(request.match_info["session_id"])
+    return web.json_response(session.describe())
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY]
+    return web.json_response({
+        "sessions": [{"session_id": s.id, "app": s.app_name, "state": s.state} for s in registry.active.values()],
+        "max_sessions": registry.max_sessions,
+    })
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    session = request.app[REGISTRY].get(request.match_info["session_id"])
+    await session.close("deleted")
+    return web.Response(status=204)
+
+
+async def get_ice_servers(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    return web.json_response({"ice_servers": ice_servers(settings),
+                              "ice_transport_policy": settings.ice_transport_policy,
+                              "ttl_s": settings.turn_ttl_s if settings.turn_secret else None})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/sessions", create_session)
+    app.router.add_get("/v1/sessions", list_sessions)
+    app.router.add_patch("/v1/sessions/{session_id}", patch_session)
+    app.router.add_get("/v1/sessions/{session_id}", get_session)
+    app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    app.router.add_get("/v1/ice-servers", get_ice_servers)

@@ -1,0 +1,84 @@
+"""The engine contract the worker schedules, and the spec that registers one engine with a :class:`Worker`.
+
+An engine is a blocking object that the worker only ever touches from its own threads: ``load`` once, then
+``run_batch`` many times (at most ``EngineSpec.concurrency`` batches at once), then ``close``. Nothing in an
+engine runs on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Engine(Protocol):
+    """A model backend as the worker sees it.
+
+    Contract:
+
+    - ``load(progress)`` is blocking and may be slow (reading weights, connecting to a server). It may
+      call ``progress("loading weights 3/5")`` any number of times from its own thread; the worker logs each
+      message with the engine name and elapsed time. Raising means the load failed; the worker may later
+      retry with a fresh instance from the factory.
+    - ``run_batch(requests)`` is blocking and returns exactly one result per request, in order. An item of
+      the result list may be an ``Exception`` instance: that request failed, the others succeeded. Raising
+      fails the whole batch. With ``concurrency > 1`` it is called from several threads at once.
+    - ``close()`` is optional (the worker looks it up with ``getattr``) and releases resources; it is called
+      once, from a worker thread, after the last batch.
+    """
+
+    def load(self, progress: Callable[[str], None]) -> None:
+        """Load weights or connect; blocking. Report steps through ``progress``."""
+        ...
+
+    def run_batch(self, requests: list[Any]) -> list[Any]:
+        """Run one batch; blocking. One result (or ``Exception`` instance) per request, in order."""
+        ...
+
+    def close(self) -> None:
+        """Release resources. Optional: engines without it are fine, the worker uses ``getattr``."""
+        ...
+
+
+@dataclass
+class EngineSpec:
+    """How the worker schedules one engine.
+
+    - ``name``: unique within a worker; used in metrics labels, logs and errors.
+    - ``factory``: builds the (not yet loaded) engine; called in a worker thread on the first load.
+    - ``max_queue``: bound of the request queue; a call that finds it full fails at once with
+      ``AtCapacity(code="engine_overloaded")``.
+    - ``max_batch``: at most this many requests (from any sessions) go into one ``run_batch`` call.
+    - ``batch_window_ms``: after the first request of a batch, how long the dispatcher waits for more requests
+      before running a partial batch (0: take only what is already queued).
+    - ``concurrency``: batches running at once, each in its own thread.
+    - ``capacity``: lease slots (see :meth:`Worker.lease`), e.g. one realtime VLM session per model instance;
+      ``None`` means unlimited.
+    """
+
+    name: str
+    factory: Callable[[], Engine]
+    max_queue: int = 32
+    max_batch: int = 1
+    batch_window_ms: float = 0.0
+    concurrency: int = 1
+    capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("EngineSpec.name must not be empty")
+        if not callable(self.factory):
+            raise ValueError(f"EngineSpec {self.name!r}: factory must be callable")
+        for field_name in ("max_queue", "max_batch", "concurrency"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"EngineSpec {self.name!r}: {field_name} must be an int >= 1, got {value!r}")
+        if self.batch_window_ms < 0:
+            raise ValueError(
+                f"EngineSpec {self.name!r}: batch_window_ms must be >= 0, got {self.batch_window_ms!r}"
+            )
+        if self.capacity is not None and (not isinstance(self.capacity, int) or self.capacity < 1):
+            raise ValueError(
+                f"EngineSpec {self.name!r}: capacity must be None or an int >= 1, got {self.capacity!r}"
+            )

@@ -1,0 +1,241 @@
+// Agent: a voice agent with OpenAI Realtime-style events (DESIGN.md section 4). Renders the conversation, the
+// agent's state, tool calls (answering browser-side tools), and measures voice-to-voice latency at the peer:
+// from the last moment the microphone was above the speech threshold to the first audible reply.
+
+const SPEECH_THRESHOLD = 0.02;
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/** Tools this page can run itself; the server sends their calls as response.function_call_arguments.done. */
+export const BROWSER_TOOLS = {
+  get_local_time: () => {
+    const now = new Date();
+    return {
+      iso: now.toISOString(),
+      local: now.toLocaleString(),
+      time_zone: Intl.DateTimeFormat().resolvedOptions().timeZone,
+    };
+  },
+  get_browser_info: () => ({
+    language: navigator.language,
+    user_agent: navigator.userAgent,
+    screen: `${window.screen.width}x${window.screen.height}`,
+    online: navigator.onLine,
+  }),
+};
+
+export function mount({ client, meters, $ }) {
+  const conversation = $("conversation");
+  const stateEl = $("agent-state");
+  const toolCards = $("tool-cards");
+  const v2vEl = $("v2v-latency");
+  const textForm = $("agent-text-form");
+  const textInput = $("agent-text");
+  const cancelBtn = $("agent-cancel");
+
+  const responses = new Map(); // response_id -> bubble
+  let pendingUser = null; // bubble created at speech start, filled by the transcription
+  let v2v = [];
+  let awaitingReply = null; // {endOfSpeech} after speech_stopped, until the reply is audible
+  let lastMicVoice = null;
+
+  // ------------------------------------------------------------ state badge
+  const setState = (state) => {
+    if (!stateEl) return;
+    stateEl.textContent = state;
+    stateEl.dataset.state = state;
+  };
+
+  // ------------------------------------------------------------ bubbles
+  const bubble = (role, text = "") => {
+    const b = el("div", `bubble ${role}`);
+    b.append(el("div", "bubble-role", role === "user" ? "You" : "Agent"), el("div", "bubble-text", text));
+    conversation.append(b);
+    while (conversation.childElementCount > 200) conversation.firstElementChild.remove();
+    conversation.scrollTop = conversation.scrollHeight;
+    return b;
+  };
+
+  const assistantBubble = (responseId) => {
+    const key = responseId || "_latest";
+    let b = responses.get(key);
+    if (!b) {
+      b = bubble("assistant");
+      b.classList.add("streaming");
+      if (responseId) b.dataset.responseId = responseId;
+      responses.set(key, b);
+    }
+    return b;
+  };
+
+  client.on("input_audio_buffer.speech_started", () => {
+    setState("listening");
+    if (!pendingUser) {
+      pendingUser = bubble("user", "…");
+      pendingUser.classList.add("pending");
+    }
+  });
+  client.on("input_audio_buffer.speech_stopped", () => {
+    setState("thinking");
+    awaitingReply = { endOfSpeech: lastMicVoice ?? performance.now() };
+  });
+  client.on("conversation.item.input_audio_transcription.completed", (ev) => {
+    const b = pendingUser || bubble("user");
+    pendingUser = null;
+    b.classList.remove("pending");
+    if (ev.item_id) b.dataset.itemId = ev.item_id;
+    b.querySelector(".bubble-text").textContent = ev.transcript || "";
+    if (!(ev.transcript || "").trim()) b.remove();
+  });
+  client.on("response.created", (ev) => {
+    const id = ev.response?.id || ev.response_id;
+    assistantBubble(id);
+    setState("thinking");
+  });
+  client.on("response.output_audio_transcript.delta", (ev) => {
+    const b = assistantBubble(ev.response_id);
+    b.querySelector(".bubble-text").append(document.createTextNode(ev.delta || ""));
+    conversation.scrollTop = conversation.scrollHeight;
+    if (stateEl?.dataset.state !== "tool") setState("speaking");
+  });
+  client.on("response.function_call_arguments.done", (ev) => {
+    setState("tool");
+    addToolCard(ev);
+  });
+  client.on("response.done", (ev) => {
+    const r = ev.response || {};
+    const b = responses.get(r.id) || responses.get("_latest");
+    if (b) {
+      b.classList.remove("streaming");
+      b.dataset.status = r.status || "completed";
+      if (r.status && r.status !== "completed") b.append(el("div", "bubble-note", r.status));
+      if (!b.querySelector(".bubble-text").textContent.trim() && r.status === "completed") b.remove();
+    }
+    responses.delete(r.id);
+    responses.delete("_latest");
+    for (const card of toolCards?.querySelectorAll(`.tool-card[data-status="running"][data-response-id="${CSS.escape(String(r.id))}"]`) || []) {
+      setCardStatus(card, r.status === "completed" ? "done" : r.status || "done");
+    }
+    setState(client.connected ? "listening" : "idle");
+  });
+  client.on("conversation.item.truncated", (ev) => {
+    const b = conversation.querySelector(`.bubble[data-item-id="${CSS.escape(String(ev.item_id))}"]`)
+      || [...conversation.querySelectorAll(".bubble.assistant")].pop();
+    if (b) {
+      b.classList.add("truncated");
+      const at = typeof ev.audio_end_ms === "number" ? ` at ${(ev.audio_end_ms / 1000).toFixed(1)} s` : "";
+      b.append(el("div", "bubble-note", `interrupted${at}`));
+    }
+  });
+  client.on("error", () => {
+    if (stateEl?.dataset.state === "thinking") setState(client.connected ? "listening" : "idle");
+  });
+
+  // ------------------------------------------------------------ tool cards
+  const setCardStatus = (card, status) => {
+    card.dataset.status = status;
+    card.querySelector(".tool-status").textContent = status;
+  };
+
+  function addToolCard(ev) {
+    if (!toolCards) return;
+    const card = el("div", "tool-card");
+    card.dataset.callId = ev.call_id || "";
+    if (ev.response_id) card.dataset.responseId = ev.response_id;
+    const head = el("div", "tool-head");
+    const local = Object.prototype.hasOwnProperty.call(BROWSER_TOOLS, ev.name);
+    head.append(el("span", "tool-name", ev.name || "tool"), el("span", "tool-where", local ? "browser" : "server"),
+      el("span", "tool-status", "running"));
+    let args = ev.arguments;
+    try {
+      args = JSON.stringify(typeof args === "string" ? JSON.parse(args) : args, null, 2);
+    } catch {
+      args = String(args ?? "");
+    }
+    card.append(head, el("pre", "tool-args", args));
+    toolCards.prepend(card);
+    while (toolCards.childElementCount > 50) toolCards.lastElementChild.remove();
+    card.dataset.status = "running";
+    if (local) runBrowserTool(ev, card);
+  }
+
+  async function runBrowserTool(ev, card) {
+    let output;
+    try {
+      const args = typeof ev.arguments === "string" && ev.arguments ? JSON.parse(ev.arguments) : ev.arguments || {};
+      output = await BROWSER_TOOLS[ev.name](args);
+      setCardStatus(card, "done");
+    } catch (err) {
+      output = { error: err.message || String(err) };
+      setCardStatus(card, "failed");
+    }
+    card.append(el("pre", "tool-result", JSON.stringify(output, null, 2)));
+    client.send({
+      type: "conversation.item.create",
+      item: { type: "function_call_output", call_id: ev.call_id, output: JSON.stringify(output) },
+    });
+    client.send({ type: "response.create" });
+  }
+
+  // ------------------------------------------------------------ text input / cancel
+  textForm?.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = textInput.value.trim();
+    if (!text || !client.connected) return;
+    client.send({
+      type: "conversation.item.create",
+      item: { type: "message", role: "user", content: [{ type: "input_text", text }] },
+    });
+    client.send({ type: "response.create" });
+    bubble("user", text);
+    textInput.value = "";
+    awaitingReply = { endOfSpeech: performance.now() };
+  });
+  cancelBtn?.addEventListener("click", () => client.send({ type: "response.cancel" }));
+
+  // ------------------------------------------------------------ voice-to-voice latency
+  meters.input.onSample((level, now) => {
+    if (level >= SPEECH_THRESHOLD) lastMicVoice = now;
+  });
+  meters.output.onSample((level, now) => {
+    if (!awaitingReply || level < SPEECH_THRESHOLD) return;
+    const ms = now - awaitingReply.endOfSpeech;
+    awaitingReply = null;
+    if (ms < 0 || ms > 60000) return;
+    v2v.push(ms);
+    if (v2v.length > 20) v2v = v2v.slice(-20);
+    const avg = v2v.reduce((a, b) => a + b, 0) / v2v.length;
+    if (v2vEl) {
+      v2vEl.textContent = `${Math.round(ms)} ms`;
+      v2vEl.title = `average of ${v2v.length}: ${Math.round(avg)} ms`;
+      v2vEl.dataset.ms = ms.toFixed(0);
+      v2vEl.dataset.avgMs = avg.toFixed(0);
+    }
+    if (stateEl?.dataset.state === "thinking") setState("speaking");
+  });
+
+  client.addEventListener("statechange", (ev) => {
+    const { state } = ev.detail;
+    if (state === "connecting") {
+      conversation?.replaceChildren();
+      toolCards?.replaceChildren();
+      responses.clear();
+      pendingUser = null;
+      awaitingReply = null;
+      v2v = [];
+      if (v2vEl) v2vEl.textContent = "—";
+      setState("idle");
+    } else if (state === "connected") {
+      setState("listening");
+    } else if (state === "failed" || (state === "disconnected" && !client.pc)) {
+      setState("idle");
+    }
+  });
+
+  return {};
+}

@@ -1,0 +1,178 @@
+// Captions: live speech captions (caption.partial / caption.final) over the local video preview, a transcript,
+// and the visual commentary rounds (vision.*). Event shapes: DESIGN.md section 4.
+
+function formatClock(ms) {
+  if (typeof ms !== "number" || !Number.isFinite(ms)) return "";
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function scrollToEnd(list) {
+  if (!list) return;
+  list.scrollTop = list.scrollHeight;
+}
+
+const MAX_ITEMS = 300;
+
+function trim(list) {
+  while (list && list.childElementCount > MAX_ITEMS) list.firstElementChild.remove();
+}
+
+export function mount({ client, $ }) {
+  const finalEl = $("caption-final");
+  const committedEl = $("caption-committed");
+  const tentativeEl = $("caption-tentative");
+  const transcript = $("transcript");
+  const commentary = $("commentary");
+  const speech = $("speech-indicator");
+  const visionState = $("vision-state");
+  let finalTimer = null;
+  let droppedFrames = 0;
+
+  // ------------------------------------------------------------ captions
+  const segmentRow = (segmentId, startMs) => {
+    let row = transcript.querySelector(`li[data-segment-id="${CSS.escape(String(segmentId))}"]`);
+    if (!row) {
+      row = el("li", "segment partial");
+      row.dataset.segmentId = String(segmentId);
+      row.append(el("span", "segment-time", formatClock(startMs)), el("span", "segment-text"));
+      transcript.append(row);
+      trim(transcript);
+    }
+    return row;
+  };
+
+  const setOverlayPartial = (committed, tentative) => {
+    committedEl.textContent = committed || "";
+    tentativeEl.textContent = tentative ? `${committed ? " " : ""}${tentative}` : "";
+  };
+
+  client.on("caption.partial", (ev) => {
+    const committed = (ev.committed || "").trim();
+    const tentative = (ev.tentative || "").trim();
+    setOverlayPartial(committed, tentative);
+    if (!transcript) return;
+    const row = segmentRow(ev.segment_id, ev.audio_start_ms);
+    const text = row.querySelector(".segment-text");
+    text.replaceChildren(el("span", "committed", committed), el("span", "tentative", tentative ? ` ${tentative}` : ""));
+    scrollToEnd(transcript);
+  });
+
+  client.on("caption.final", (ev) => {
+    const text = (ev.text || "").trim();
+    setOverlayPartial("", "");
+    finalEl.textContent = text;
+    clearTimeout(finalTimer);
+    finalTimer = setTimeout(() => {
+      finalEl.textContent = "";
+    }, 6000);
+    if (!transcript) return;
+    const row = segmentRow(ev.segment_id, ev.audio_start_ms);
+    row.classList.remove("partial");
+    row.classList.add("final");
+    row.querySelector(".segment-time").textContent = formatClock(ev.audio_start_ms);
+    row.querySelector(".segment-time").title = `${formatClock(ev.audio_start_ms)}–${formatClock(ev.audio_end_ms)}`;
+    row.querySelector(".segment-text").textContent = text;
+    if (!text) row.remove();
+    scrollToEnd(transcript);
+  });
+
+  const setSpeech = (active) => {
+    if (!speech) return;
+    speech.dataset.active = active ? "true" : "false";
+    speech.textContent = active ? "speech" : "silence";
+  };
+  client.on("input_audio_buffer.speech_started", () => setSpeech(true));
+  client.on("input_audio_buffer.speech_stopped", () => setSpeech(false));
+
+  // ------------------------------------------------------------ visual commentary
+  const setVision = (text, active) => {
+    if (!visionState) return;
+    visionState.textContent = text;
+    visionState.dataset.active = active ? "true" : "false";
+    visionState.title = droppedFrames ? `${droppedFrames} frames dropped` : "";
+  };
+
+  const roundItem = (roundId, prompt) => {
+    let item = commentary.querySelector(`li[data-round-id="${CSS.escape(String(roundId))}"]`);
+    if (!item) {
+      item = el("li", "round active");
+      item.dataset.roundId = String(roundId);
+      const head = el("div", "round-head");
+      head.append(el("span", "round-time", ""));
+      if (prompt) head.append(el("span", "round-prompt", prompt));
+      item.append(head, el("div", "round-text"));
+      commentary.append(item);
+      trim(commentary);
+    }
+    return item;
+  };
+
+  client.on("vision.round.started", (ev) => {
+    if (!commentary) return;
+    roundItem(ev.round_id, ev.prompt);
+    setVision("describing", true);
+    scrollToEnd(commentary);
+  });
+  client.on("vision.text.delta", (ev) => {
+    if (!commentary) return;
+    const item = roundItem(ev.round_id);
+    const time = item.querySelector(".round-time");
+    if (!time.textContent && typeof ev.frame_ts === "number") time.textContent = `${ev.frame_ts.toFixed(1)} s`;
+    item.querySelector(".round-text").append(document.createTextNode(ev.delta || ""));
+    setVision("describing", true);
+    scrollToEnd(commentary);
+  });
+  client.on("vision.round.ended", (ev) => {
+    if (!commentary) return;
+    const item = commentary.querySelector(`li[data-round-id="${CSS.escape(String(ev.round_id))}"]`);
+    if (item) {
+      item.classList.remove("active");
+      if (!item.querySelector(".round-text").textContent.trim()) item.remove();
+    }
+    setVision("watching", false);
+  });
+  client.on("vision.silence", () => setVision("watching", false));
+  client.on("vision.frame.dropped", () => {
+    droppedFrames += 1;
+    setVision(visionState ? visionState.textContent : "watching", visionState?.dataset.active === "true");
+  });
+
+  // ------------------------------------------------------------ prompt + copy
+  const form = $("vision-prompt-form");
+  const input = $("vision-prompt");
+  if (form && input) {
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const text = input.value.trim();
+      if (!text) return;
+      if (client.send({ type: "vision.prompt", text })) input.value = "";
+    });
+  }
+  $("transcript-copy")?.addEventListener("click", () => {
+    const lines = [...transcript.querySelectorAll("li.final")].map(
+      (li) => `[${li.querySelector(".segment-time").textContent}] ${li.querySelector(".segment-text").textContent}`,
+    );
+    navigator.clipboard?.writeText(lines.join("\n")).catch(() => {});
+  });
+
+  client.addEventListener("statechange", (ev) => {
+    if (ev.detail.state === "connecting") {
+      transcript?.replaceChildren();
+      commentary?.replaceChildren();
+      setOverlayPartial("", "");
+      finalEl.textContent = "";
+      droppedFrames = 0;
+      setSpeech(false);
+      setVision("idle", false);
+    }
+  });
+  return {};
+}

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real rtc-agent server on a free loopback port, and media helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from rtc_agent.config import Settings
+from rtc_agent.server import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tone(seconds: float, freq: float = 440.0, sample_rate: int = 48000, amplitude: float = 0.3) -> np.ndarray:
+    """A sine tone as int16 mono samples."""
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    return (np.sin(2 * np.pi * freq * t) * amplitude * 32767).astype(np.int16)
+
+
+def rms(pcm: np.ndarray) -> float:
+    """Root-mean-square level of int16 samples, 0..1."""
+    if pcm.size == 0:
+        return 0.0
+    x = pcm.astype(np.float64) / 32768.0
+    return float(np.sqrt(np.mean(x * x)))
+
+
+class RunningServer:
+    def __init__(self, app: web.Application, url: str) -> None:
+        self.app = app
+        self.url = url
+
+    @property
+    def registry(self) -> Any:
+        from rtc_agent.server.keys import REGISTRY
+
+        return self.app[REGISTRY]
+
+
+@pytest.fixture
+async def start_server() -> AsyncIterator[Callable[..., Any]]:
+    """Start a real server: ``await start_server(max_sessions=1)``; stopped after the test."""
+    runners: list[web.AppRunner] = []
+
+    async def start(**overrides: Any) -> RunningServer:
+        port = free_port()
+        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **overrides)
+        app = create_app(settings)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        return RunningServer(app, f"http://127.0.0.1:{port}")
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def server(start_server: Callable[..., Any]) -> RunningServer:
+    return await start_server()
