@@ -18,6 +18,7 @@ import math
 import os
 import platform
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,18 +38,31 @@ ENGINE = "busy"
 
 
 class BusyEngine:
-    """A CPU-bound fake engine. A batch of ``n`` costs ``engine_ms * (1 + 0.25 * (n - 1))`` of wall time: the
-    first half numpy matmuls (GIL released), the second half pure-Python arithmetic (GIL held).
+    """A CPU-bound fake engine shaped like a model's decode loop.
+
+    A batch of ``n`` costs ``engine_ms * (1 + 0.25 * (n - 1))`` of wall time, of which ``python_share`` is
+    pure-Python arithmetic (holds the GIL) and the rest numpy matmuls (release the GIL, use BLAS threads). The
+    pure-Python work comes in stretches of at most ``gil_chunk_ms`` between native steps, the way Python glue
+    sits between the native ops of real model code; a huge ``gil_chunk_ms`` gives one monolithic stretch per
+    batch (the worst case for the event loop: it can only take the GIL at the interpreter's switch interval).
 
     Requests are dicts with ``t`` (``time.monotonic()`` when the caller asked); the engine records each
-    request's queue delay (ask to batch start), run times and batch sizes. Lists are appended from the engine
-    thread only and read after the run.
+    request's queue delay (ask to batch start), run times, batch sizes and the time spent holding the GIL.
+    Lists are appended from the engine thread only and read after the run.
     """
 
-    def __init__(self, engine_ms: float) -> None:
+    def __init__(self, engine_ms: float, *, python_share: float = 0.5, gil_chunk_ms: float = 2.0) -> None:
+        if not 0.0 <= python_share <= 1.0:
+            raise ValueError(f"python_share must be within 0..1, got {python_share!r}")
+        if gil_chunk_ms <= 0:
+            raise ValueError(f"gil_chunk_ms must be > 0, got {gil_chunk_ms!r}")
         self.engine_ms = engine_ms
+        self.python_share = python_share
+        self.gil_chunk = gil_chunk_ms / 1000.0
         self.queue_delays: list[float] = []
         self.run_times: list[float] = []
+        self.python_time = 0.0
+        self.longest_python_stretch = 0.0
         self.batch_sizes: Counter[int] = Counter()
         self._a: np.ndarray | None = None
 
@@ -56,6 +70,20 @@ class BusyEngine:
         rng = np.random.default_rng(0)
         self._a = rng.standard_normal((192, 192))
         progress("matrices ready")
+
+    def _python(self, seconds: float) -> tuple[int, float]:
+        """Pure-Python arithmetic for ``seconds`` (holds the GIL except at forced switches); returns a checksum
+        and the time actually spent."""
+        start = time.monotonic()
+        end = start + seconds
+        acc = 0
+        while time.monotonic() < end:
+            for i in range(200):
+                acc += i * i % 7
+        spent = time.monotonic() - start
+        self.python_time += spent
+        self.longest_python_stretch = max(self.longest_python_stretch, spent)
+        return acc, spent
 
     def run_batch(self, requests: list[Any]) -> list[Any]:
         assert self._a is not None, "load() first"
@@ -65,14 +93,24 @@ class BusyEngine:
         n = len(requests)
         self.batch_sizes[n] += 1
         budget = self.engine_ms / 1000.0 * (1 + 0.25 * (n - 1))
-        half, end = start + budget / 2, start + budget
+        end = start + budget
+        python_left = self.python_share * budget
+        native_per_python = (1 - self.python_share) / self.python_share if self.python_share else 0.0
         m = self._a
-        while time.monotonic() < half:  # native: releases the GIL
-            m = np.tanh(m @ self._a * (1 / 16))
         acc = 0
-        while time.monotonic() < end:  # pure Python: holds the GIL between switch intervals
-            for i in range(2000):
-                acc += i * i % 7
+        while time.monotonic() < end:
+            native_until = end
+            if python_left > 0:
+                chunk = min(self.gil_chunk, python_left, end - time.monotonic())
+                checksum, spent = self._python(chunk)
+                acc += checksum
+                python_left -= spent
+                if python_left > 0:
+                    native_until = min(end, time.monotonic() + spent * native_per_python)
+            while True:  # at least one native step: numpy releases the GIL here
+                m = np.tanh(m @ self._a * (1 / 16))
+                if time.monotonic() >= native_until:
+                    break
         self.run_times.append(time.monotonic() - start)
         value = float(m[0, 0])
         return [{"session": r["session"], "seq": r["seq"], "value": value, "acc": acc} for r in requests]
@@ -94,6 +132,7 @@ def _machine() -> dict[str, Any]:
         "machine": platform.machine(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "gil_switch_interval_ms": sys.getswitchinterval() * 1000,
     }
 
 
@@ -103,6 +142,8 @@ async def run(
     engine_ms: float = 50.0,
     *,
     concurrency: int = 1,
+    python_share: float = 0.5,
+    gil_chunk_ms: float = 2.0,
     lag_interval: float = 0.01,
     baseline_seconds: float | None = None,
 ) -> dict[str, Any]:
@@ -114,7 +155,7 @@ async def run(
     """
     metrics = Metrics()
     worker = Worker(metrics)
-    engine = BusyEngine(engine_ms)
+    engine = BusyEngine(engine_ms, python_share=python_share, gil_chunk_ms=gil_chunk_ms)
     worker.add(EngineSpec(ENGINE, lambda: engine, max_queue=32, max_batch=4, concurrency=concurrency))
     await worker.load(ENGINE)
 
@@ -165,7 +206,8 @@ async def run(
         "benchmark": "loop_lag",
         "config": {
             "seconds": seconds, "sessions": sessions, "engine_ms": engine_ms, "max_batch": 4,
-            "concurrency": concurrency, "lag_interval_ms": lag_interval * 1000,
+            "concurrency": concurrency, "python_share": python_share, "gil_chunk_ms": gil_chunk_ms,
+            "lag_interval_ms": lag_interval * 1000,
         },
         "lag_p50_ms": lag["p50_ms"],
         "lag_p99_ms": lag["p99_ms"],
@@ -190,6 +232,8 @@ async def run(
             "mean": round(1000 * sum(engine.run_times) / max(1, len(engine.run_times)), 3),
         },
         "batch_sizes": {str(k): v for k, v in sorted(engine.batch_sizes.items())},
+        "engine_python_share": round(engine.python_time / max(1e-9, sum(engine.run_times)), 3),
+        "engine_longest_gil_stretch_ms": round(1000 * engine.longest_python_stretch, 3),
         "worker": worker_stats,
         "machine": _machine(),
     }
@@ -201,14 +245,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=8, help="concurrent simulated sessions (default 8)")
     parser.add_argument("--engine-ms", type=float, default=50.0, help="cost of a batch of one (default 50)")
     parser.add_argument("--concurrency", type=int, default=1, help="engine threads (default 1)")
+    parser.add_argument("--python-share", type=float, default=0.5,
+                        help="share of engine time in pure Python, holding the GIL (default 0.5)")
+    parser.add_argument("--gil-chunk-ms", type=float, default=2.0,
+                        help="longest pure-Python stretch between native steps (default 2; 1e9: monolithic)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON results here")
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
     """Run the benchmark; write the JSON to ``args.out`` when given; return the results."""
-    result = asyncio.run(
-        run(args.seconds, args.sessions, args.engine_ms, concurrency=getattr(args, "concurrency", 1))
-    )
+    result = asyncio.run(run(
+        args.seconds, args.sessions, args.engine_ms,
+        concurrency=getattr(args, "concurrency", 1),
+        python_share=getattr(args, "python_share", 0.5),
+        gil_chunk_ms=getattr(args, "gil_chunk_ms", 2.0),
+    ))
     out = getattr(args, "out", None)
     if out:
         path = Path(out)
