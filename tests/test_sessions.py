@@ -296,3 +296,26 @@ async def test_health_and_metrics(server):
     assert 'rtc_agent_sessions_active{app="echo"} 0.0' in text
     assert "rtc_agent_event_loop_lag_seconds_bucket" in text
     assert 'rtc_agent_stage_latency_seconds_count{stage="connect"} 1.0' in text
+
+
+async def test_ice_failure_ends_the_session(server):
+    """No usable remote candidate and end-of-candidates: ICE fails and the session closes itself."""
+    from aiortc import RTCPeerConnection
+
+    pc = RTCPeerConnection()
+    pc.createDataChannel("events")
+    pc.addTransceiver("audio", direction="recvonly")
+    await pc.setLocalDescription(await pc.createOffer())
+    offer = "\r\n".join(ln for ln in pc.localDescription.sdp.splitlines()
+                        if not ln.startswith(("a=candidate:", "a=end-of-candidates"))) + "\r\n"
+    await pc.close()  # the client vanishes before it ever answers a connectivity check
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{server.url}/v1/sessions", json={"app": "echo", "sdp": offer}) as resp:
+            session_id = (await resp.json())["session_id"]
+        session = server.registry.get(session_id)
+        async with http.patch(f"{server.url}/v1/sessions/{session_id}",
+                              json={"candidates": [], "end_of_candidates": True}) as resp:
+            assert resp.status == 204
+    await wait_until(lambda: session.state == "closed", timeout=15)
+    assert session.close_reason == "ice_failed"
+    assert session.task_count == 0
