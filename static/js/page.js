@@ -246,8 +246,10 @@ async function main() {
   try {
     const mod = await import(`./apps/${encodeURIComponent(app)}.js`);
     appModule = (mod.mount ? mod.mount(ctx) : null) || {};
+    document.body.dataset.appModule = "mounted";
   } catch (err) {
     console.warn(`no app module for ${app}`, err);
+    document.body.dataset.appModule = "failed";
     appModule = {};
   }
 

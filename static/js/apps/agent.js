@@ -2,14 +2,10 @@
 // agent's state, tool calls (answering browser-side tools), and measures voice-to-voice latency at the peer:
 // from the last moment the microphone was above the speech threshold to the first audible reply.
 
+import { el } from "../dom.js";
+
 const SPEECH_THRESHOLD = 0.02;
 
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 /** Tools this page can run itself; the server sends their calls as response.function_call_arguments.done. */
 export const BROWSER_TOOLS = {

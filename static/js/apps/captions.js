@@ -1,18 +1,14 @@
 // Captions: live speech captions (caption.partial / caption.final) over the local video preview, a transcript,
 // and the visual commentary rounds (vision.*). Event shapes: DESIGN.md section 4.
 
+import { el, trimChildren } from "../dom.js";
+
 function formatClock(ms) {
   if (typeof ms !== "number" || !Number.isFinite(ms)) return "";
   const s = Math.max(0, Math.floor(ms / 1000));
   return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
 }
 
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 function scrollToEnd(list) {
   if (!list) return;
@@ -21,9 +17,7 @@ function scrollToEnd(list) {
 
 const MAX_ITEMS = 300;
 
-function trim(list) {
-  while (list && list.childElementCount > MAX_ITEMS) list.firstElementChild.remove();
-}
+const trim = (list) => trimChildren(list, MAX_ITEMS);
 
 export function mount({ client, $ }) {
   const finalEl = $("caption-final");

@@ -2,25 +2,10 @@
 // (EMIT / WAIT / SKIP), translation.flush when the backlog is re-translated, translation.reset on context cuts.
 // Event shapes: DESIGN.md section 4.
 
+import { el, stickToEnd, trimChildren } from "../dom.js";
+
 const MAX_CELLS = 400;
 const MAX_SPANS = 600;
-
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function trim(container, max) {
-  while (container && container.childElementCount > max) container.firstElementChild.remove();
-}
-
-function stick(container, fn) {
-  const atEnd = container.scrollHeight - container.scrollTop - container.clientHeight < 32;
-  fn();
-  if (atEnd) container.scrollTop = container.scrollHeight;
-}
 
 export function mount({ client, $ }) {
   const sourceSel = $("source-language");
@@ -79,12 +64,12 @@ export function mount({ client, $ }) {
 
   const addCell = (kind, title, durationMs = 800) => {
     if (!timeline) return;
-    stick(timeline, () => {
+    stickToEnd(timeline, () => {
       const cell = el("span", `cell ${kind.toLowerCase()}`);
       cell.style.setProperty("--w", String(Math.max(0.25, Math.min(4, durationMs / 800))));
       cell.title = title;
       timeline.append(cell);
-      trim(timeline, MAX_CELLS);
+      trimChildren(timeline, MAX_CELLS);
     });
   };
 
@@ -107,20 +92,20 @@ export function mount({ client, $ }) {
     addCell(action || "wait", details, dur > 0 ? dur : 800);
 
     if (ev.source_text && sourceText) {
-      stick(sourceText, () => {
+      stickToEnd(sourceText, () => {
         const span = el("span", action === "WAIT" ? "src pending" : "src", `${ev.source_text} `);
         span.title = details;
         sourceText.append(span);
-        trim(sourceText, MAX_SPANS);
+        trimChildren(sourceText, MAX_SPANS);
       });
     }
     if (action === "EMIT" && ev.text && targetText) {
       commitPending();
-      stick(targetText, () => {
+      stickToEnd(targetText, () => {
         const span = el("span", "tgt", `${ev.text} `);
         span.title = details;
         targetText.append(span);
-        trim(targetText, MAX_SPANS);
+        trimChildren(targetText, MAX_SPANS);
       });
     }
     let lag = null;
@@ -144,7 +129,7 @@ export function mount({ client, $ }) {
     addCell("flush", `flush (${ev.trigger || "?"})${ev.text ? `: “${ev.text}”` : ""}`, 200);
     if (ev.text && targetText) {
       commitPending();
-      stick(targetText, () => {
+      stickToEnd(targetText, () => {
         const span = el("span", "tgt flush", `${ev.text} `);
         span.title = `flush: ${ev.trigger || ""}`;
         targetText.append(span);
