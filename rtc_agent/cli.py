@@ -18,6 +18,8 @@ log = logging.getLogger("rtc_agent")
 # name -> (module, one-line help). Each module has add_arguments(parser) and main(args) -> dict.
 BENCHMARKS = {
     "loop": ("rtc_agent.bench.loop_lag", "event-loop lag while engines are busy (worker scheduling)"),
+    "captions": ("rtc_agent.bench.captions", "live captions through a real peer: WER, final latency, cadence, "
+                                             "concurrent sessions"),
 }
 
 

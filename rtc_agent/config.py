@@ -67,6 +67,9 @@ class Settings:
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
     max_output_seconds: float = _opt(120.0, "Most seconds of speech queued on a session's outgoing track.",
                                      "media")
+    preload: list[str] = _opt(["vad", "asr"], "Engines to load in the background at start-up, so the first "
+                                              "session does not wait (comma-separated; empty = load on first use).",
+                              "engines")
     cache_dir: str = _opt(str(Path.home() / ".cache" / "rtc-agent"),
                           "Folder for assembled and converted model files.", "engines")
     static_dir: str = _opt(str(PROJECT_ROOT / "static"), "Folder of the browser client's static files.", "pages")
@@ -74,7 +77,17 @@ class Settings:
     # Engine switches, the same for every kind (DESIGN.md section 6).
     asr_engine: str = _opt("embedded", "Speech recognition engine: embedded or openai.", "engines")
     asr_url: str = _opt("", "Base URL of an OpenAI-compatible ASR server.", "engines")
-    asr_model: str = _opt("", "ASR model name or path (empty = the embedded default).", "engines")
+    asr_model: str = _opt("", "ASR model: empty = the packaged Whisper base; a CTranslate2 model folder; or a "
+                              "faster-whisper name (large-v3, ...) already in the Hugging Face cache.", "engines")
+    asr_device: str = _opt("cpu", "Device of the embedded ASR engine: cpu, cuda or auto.", "engines")
+    asr_compute_type: str = _opt("default", "CTranslate2 compute type (int8, float16, int8_float16, ...); default "
+                                            "= int8 on CPU, float16 on CUDA.", "engines")
+    asr_threads: int = _opt(0, "CPU threads of the embedded ASR engine (0 = all cores).", "engines")
+    asr_language: str = _opt("auto", "Spoken language for captions: a Whisper code such as en, or auto.", "engines")
+    asr_api_key: str = _opt("", "API key for the remote ASR server.", "engines", secret=True)
+    vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")
+    vad_min_silence_ms: int = _opt(250, "Silence that ends an utterance, in ms.", "engines")
+    vad_min_speech_ms: int = _opt(200, "Shortest speech that counts as an utterance, in ms.", "engines")
     st_engine: str = _opt("embedded", "Speech translation engine: embedded, openai or cascade.", "engines")
     st_url: str = _opt("", "Base URL of an OpenAI-compatible speech-translation server.", "engines")
     st_model: str = _opt("", "Speech-translation model name or path.", "engines")
@@ -199,6 +212,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
     if settings.heartbeat_timeout_s <= 0:
         raise SettingsError("heartbeat_timeout_s must be > 0")
+    if settings.asr_device not in ("cpu", "cuda", "auto"):
+        raise SettingsError("asr_device must be cpu, cuda or auto")
+    if not 0.0 < settings.vad_threshold < 1.0:
+        raise SettingsError("vad_threshold must be between 0 and 1")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")
 

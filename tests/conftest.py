@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,7 +13,9 @@ import pytest
 from aiohttp import web
 
 from rtc_agent.config import Settings
+from rtc_agent.engines import engine_specs
 from rtc_agent.server import create_app
+from rtc_agent.worker import Worker
 
 
 def free_port() -> int:
@@ -47,15 +50,50 @@ class RunningServer:
         return self.app[REGISTRY]
 
 
+class SharedEngine:
+    """A real engine loaded once per test run and shared by every test server (closing it is a no-op)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self.engine: Any = None
+
+    def load(self, progress: Callable[[str], None]) -> None:
+        with self._lock:
+            if self.engine is None:
+                engine = self._make()
+                engine.load(progress)
+                self.engine = engine
+
+    def run_batch(self, requests: list[Any]) -> list[Any]:
+        return self.engine.run_batch(requests)
+
+    def close(self) -> None:
+        pass
+
+
+_SHARED: dict[str, SharedEngine] = {}
+
+
+def shared_worker(settings: Settings) -> Worker:
+    """A worker with the settings' engines, each backed by an instance shared across tests."""
+    worker = Worker()
+    for spec in engine_specs(settings):
+        shared = _SHARED.setdefault(spec.name, SharedEngine(spec.factory))
+        worker.add(dataclasses.replace(spec, factory=lambda shared=shared: shared))
+    return worker
+
+
 @pytest.fixture
 async def start_server() -> AsyncIterator[Callable[..., Any]]:
-    """Start a real server: ``await start_server(max_sessions=1)``; stopped after the test."""
+    """Start a real server: ``await start_server(max_sessions=1)``; stopped after the test. Engines are real and
+    shared between tests (loaded on first use)."""
     runners: list[web.AppRunner] = []
 
     async def start(**overrides: Any) -> RunningServer:
         port = free_port()
-        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **overrides)
-        app = create_app(settings)
+        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **{"preload": [], **overrides})
+        app = create_app(settings, worker=shared_worker(settings))
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()

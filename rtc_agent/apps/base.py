@@ -53,6 +53,7 @@ class AppContext(Protocol):
     session_id: str
     speech: SpeechSink | None  # None when the peer offered no way to receive audio
     worker: Any  # rtc_agent.worker.Worker; typed loosely so apps stay importable without the worker
+    settings: Any  # rtc_agent.config.Settings: server-wide defaults (engine choices, VAD parameters)
 
     def now_ms(self) -> int:
         """The session clock: ms of audio received so far."""

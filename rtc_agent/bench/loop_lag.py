@@ -14,11 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
-import os
-import platform
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.bench.common import machine, percentile_ms, write_json
 from rtc_agent.errors import AtCapacity, EngineError
 from rtc_agent.metrics import Metrics
 from rtc_agent.worker import EngineSpec, LoopLagMonitor, Worker
@@ -116,26 +113,6 @@ class BusyEngine:
         return [{"session": r["session"], "seq": r["seq"], "value": value, "acc": acc} for r in requests]
 
 
-def _pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile in ms of values in seconds (0.0 when empty)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return round(1000 * ordered[min(rank, len(ordered)) - 1], 3)
-
-
-def _machine() -> dict[str, Any]:
-    return {
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "gil_switch_interval_ms": sys.getswitchinterval() * 1000,
-    }
-
-
 async def run(
     seconds: float = 10.0,
     sessions: int = 8,
@@ -221,21 +198,22 @@ async def run(
         "overloaded": counts["overloaded"],
         "errors": counts["errors"],
         "queue_delay_ms": {
-            "p50": _pct(engine.queue_delays, 50), "p90": _pct(engine.queue_delays, 90),
-            "max": _pct(engine.queue_delays, 100),
+            "p50": percentile_ms(engine.queue_delays, 50), "p90": percentile_ms(engine.queue_delays, 90),
+            "max": percentile_ms(engine.queue_delays, 100),
         },
         "call_latency_ms": {
-            "p50": _pct(latencies, 50), "p90": _pct(latencies, 90), "p99": _pct(latencies, 99),
+            "p50": percentile_ms(latencies, 50), "p90": percentile_ms(latencies, 90),
+            "p99": percentile_ms(latencies, 99),
         },
         "run_ms": {
-            "p50": _pct(engine.run_times, 50), "p90": _pct(engine.run_times, 90),
+            "p50": percentile_ms(engine.run_times, 50), "p90": percentile_ms(engine.run_times, 90),
             "mean": round(1000 * sum(engine.run_times) / max(1, len(engine.run_times)), 3),
         },
         "batch_sizes": {str(k): v for k, v in sorted(engine.batch_sizes.items())},
         "engine_python_share": round(engine.python_time / max(1e-9, sum(engine.run_times)), 3),
         "engine_longest_gil_stretch_ms": round(1000 * engine.longest_python_stretch, 3),
         "worker": worker_stats,
-        "machine": _machine(),
+        "machine": machine(),
     }
 
 
@@ -260,12 +238,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         python_share=getattr(args, "python_share", 0.5),
         gil_chunk_ms=getattr(args, "gil_chunk_ms", 2.0),
     ))
-    out = getattr(args, "out", None)
-    if out:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return write_json(result, getattr(args, "out", None))
 
 
 if __name__ == "__main__":

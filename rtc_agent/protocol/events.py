@@ -174,6 +174,7 @@ class CaptionPartial(ServerEvent):
     tentative: str
     audio_start_ms: int
     audio_end_ms: int
+    language: str | None = None
 
 
 class CaptionFinal(ServerEvent):
@@ -182,6 +183,7 @@ class CaptionFinal(ServerEvent):
     text: str
     audio_start_ms: int
     audio_end_ms: int
+    language: str | None = None
 
 
 # --- visual commentary -----------------------------------------------------------------------------------------

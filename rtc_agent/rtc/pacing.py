@@ -23,6 +23,11 @@ class FramePacer:
         self.resyncs = 0
         self._start: float | None = None
 
+    @property
+    def started_at(self) -> float | None:
+        """``time.monotonic()`` of the first frame (shifted by resyncs), or None before it."""
+        return self._start
+
     async def next_pts(self) -> int:
         """Wait until the next frame is due and return its timestamp (0 for the first frame)."""
         now = time.monotonic()

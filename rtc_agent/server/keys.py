@@ -16,3 +16,4 @@ METRICS = web.AppKey("metrics", Metrics)
 WORKER = web.AppKey("worker", Any)  # rtc_agent.worker.Worker
 LAG_MONITOR = web.AppKey("lag_monitor", Any)  # rtc_agent.worker.LoopLagMonitor
 STARTED_AT = web.AppKey("started_at", float)
+PRELOADS = web.AppKey("preloads", set)  # background engine loads started at start-up

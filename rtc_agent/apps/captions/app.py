@@ -1,0 +1,158 @@
+"""The ``captions`` app: live captions of the caller's speech (and, with a camera, visual commentary).
+
+Audio flows: ``on_audio`` -> Silero VAD in the worker (batched across sessions) -> :class:`SpeechSegmenter` ->
+:class:`StreamingTranscriber` -> ``caption.*`` events. The VAD runs in its own task so a slow decode never delays
+speech boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from rtc_agent.apps.base import App, AppContext
+from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
+from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, TranscriberConfig
+from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
+from rtc_agent.engines.vad import WINDOW_SAMPLES, VadRequest, VadStream
+from rtc_agent.errors import InvalidRequest
+from rtc_agent.protocol import ClientEvent
+from rtc_agent.protocol.events import SessionUpdate, SessionUpdated
+
+SAMPLE_RATE = 16000
+VAD_BACKLOG_LIMIT_S = 10.0  # audio waiting for the VAD beyond this is dropped (and counted)
+LANGUAGE_CODES = frozenset([  # the languages Whisper knows
+    "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el",
+    "en", "es", "et", "eu", "fa", "fi", "fo", "fr", "gl", "gu", "ha", "haw", "he", "hi", "hr", "ht", "hu", "hy",
+    "id", "is", "it", "ja", "jw", "ka", "kk", "km", "kn", "ko", "la", "lb", "ln", "lo", "lt", "lv", "mg", "mi",
+    "mk", "ml", "mn", "mr", "ms", "mt", "my", "ne", "nl", "nn", "no", "oc", "pa", "pl", "ps", "pt", "ro", "ru",
+    "sa", "sd", "si", "sk", "sl", "sn", "so", "sq", "sr", "su", "sv", "sw", "ta", "te", "tg", "th", "tk", "tl",
+    "tr", "tt", "uk", "ur", "uz", "vi", "yi", "yo", "yue", "zh"
+])
+
+
+def check_language(value: Any) -> str:
+    if not isinstance(value, str) or (value != "auto" and value not in LANGUAGE_CODES):
+        raise InvalidRequest(f"language must be 'auto' or a Whisper language code such as 'en', got {value!r}",
+                             code="invalid_config")
+    return value
+
+
+class CaptionsApp(App):
+    name = "captions"
+    title = "Live captions"
+    description = "Live captions of your speech, with commentary on what the camera shows."
+    uses_video = True
+
+    CONFIG_KEYS = frozenset({"language", "vad_threshold", "vad_min_silence_ms", "vad_min_speech_ms"})
+
+    def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
+        super().__init__(ctx, config)
+        language = config["language"]
+        self.transcriber = StreamingTranscriber(
+            self._recognize, ctx.emit, ctx.spawn,
+            TranscriberConfig(language=None if language == "auto" else language),
+        )
+        self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["vad_min_speech_ms"],
+                                         min_silence_ms=config["vad_min_silence_ms"])
+        self.vad_stream = VadStream()
+        self._pending: deque[np.ndarray] = deque()
+        self._pending_samples = 0
+        self._vad_position = 0  # samples of audio already given to the VAD (session clock, 16 kHz)
+        self._wake = asyncio.Event()
+        self.vad_dropped_ms = 0
+
+    @classmethod
+    def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
+        unknown = set(config) - cls.CONFIG_KEYS
+        if unknown:
+            raise InvalidRequest(f"unknown captions config keys: {sorted(unknown)}", code="invalid_config")
+        out = {
+            "language": check_language(config.get("language", settings.asr_language)),
+            "vad_threshold": config.get("vad_threshold", settings.vad_threshold),
+            "vad_min_silence_ms": config.get("vad_min_silence_ms", settings.vad_min_silence_ms),
+            "vad_min_speech_ms": config.get("vad_min_speech_ms", settings.vad_min_speech_ms),
+        }
+        if not isinstance(out["vad_threshold"], int | float) or not 0 < out["vad_threshold"] < 1:
+            raise InvalidRequest("vad_threshold must be between 0 and 1", code="invalid_config")
+        for key in ("vad_min_silence_ms", "vad_min_speech_ms"):
+            if not isinstance(out[key], int) or not 0 <= out[key] <= 10_000:
+                raise InvalidRequest(f"{key} must be an integer from 0 to 10000", code="invalid_config")
+        return out
+
+    def engines(self) -> dict[str, str]:
+        s = self.ctx.settings
+        return {"vad": "silero-vad", "asr": f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"}
+
+    async def _recognize(self, request: TranscribeRequest) -> Transcript:
+        return await self.ctx.worker.call("asr", request)
+
+    async def start(self) -> None:
+        self.ctx.spawn(self._run_vad(), "captions-vad")
+
+    def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
+        audio = pcm.astype(np.float32) / 32768.0
+        self.transcriber.push_audio(audio, start_ms)
+        if self._pending_samples == 0:
+            self._vad_position = start_ms * SAMPLE_RATE // 1000
+        self._pending.append(audio)
+        self._pending_samples += len(audio)
+        while self._pending_samples > VAD_BACKLOG_LIMIT_S * SAMPLE_RATE:
+            old = self._pending.popleft()
+            self._pending_samples -= len(old)
+            self._vad_position += len(old)
+            self.vad_dropped_ms += len(old) * 1000 // SAMPLE_RATE
+        self._wake.set()
+
+    def _take_windows(self) -> tuple[np.ndarray, int] | None:
+        n = self._pending_samples // WINDOW_SAMPLES
+        if n == 0:
+            return None
+        audio = np.concatenate(self._pending)
+        take = n * WINDOW_SAMPLES
+        rest = audio[take:]
+        self._pending = deque([rest]) if len(rest) else deque()
+        self._pending_samples = len(rest)
+        start = self._vad_position
+        self._vad_position += take
+        return audio[:take].reshape(n, WINDOW_SAMPLES), start
+
+    async def _run_vad(self) -> None:
+        window_ms = WINDOW_SAMPLES * 1000 // SAMPLE_RATE
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while (taken := self._take_windows()) is not None:
+                windows, start_sample = taken
+                probs = await self.ctx.worker.call("vad", VadRequest(self.vad_stream, windows))
+                start_ms = start_sample * 1000 // SAMPLE_RATE
+                for i, prob in enumerate(probs):
+                    w_start = start_ms + i * window_ms
+                    for event in self.segmenter.feed(float(prob), w_start, w_start + window_ms):
+                        self.transcriber.on_speech(event, self.ctx.now_ms())
+                self.transcriber.poll(self.ctx.now_ms())
+
+    async def on_event(self, event: ClientEvent) -> None:
+        if isinstance(event, SessionUpdate):
+            update = event.session.get("config", event.session)
+            if "language" in update:
+                language = check_language(update["language"])
+                self.config["language"] = language
+                self.transcriber.config.language = None if language == "auto" else language
+            self.ctx.emit(SessionUpdated(session={"config": self.config}))
+            return
+        await super().on_event(event)
+
+    def captions(self) -> list[FinalCaption]:
+        """Final captions so far, for export."""
+        return list(self.transcriber.finals)
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.transcriber.stats(), "vad_dropped_ms": self.vad_dropped_ms,
+                "in_speech": self.segmenter.in_speech}
+
+    async def close(self) -> None:
+        self.transcriber.flush(self.ctx.now_ms())

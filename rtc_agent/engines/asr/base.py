@@ -1,0 +1,72 @@
+"""The speech-recognition engine contract shared by every ASR backend.
+
+Requests and results are plain data so the streaming policy in ``apps/`` can be tested with a scripted recognizer.
+All times are seconds relative to the start of the request's audio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+
+@dataclass(frozen=True)
+class TranscribeRequest:
+    """Recognize ``audio`` (float32 mono 16 kHz, -1..1).
+
+    ``language`` None means detect it. ``task`` is ``transcribe`` or ``translate`` (to English). ``prompt`` is
+    earlier text for context. ``prefix`` is text the result must continue (the words a streaming policy has
+    already committed for this audio); engines that cannot force a prefix return the whole text and say so with
+    ``Transcript.prefix_applied = False``. ``full_window`` asks for Whisper's 30 s window (the reference path).
+    """
+
+    audio: np.ndarray
+    language: str | None = None
+    task: str = "transcribe"
+    prompt: str = ""
+    prefix: str = ""
+    full_window: bool = False
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float
+    end: float
+    text: str
+
+
+@dataclass
+class Transcript:
+    """The recognized text after ``prefix`` (or all of it when ``prefix_applied`` is False), with quality signals.
+
+    ``segments`` split ``text`` where the model placed timestamps. ``no_speech_prob`` and ``avg_logprob`` follow
+    Whisper's definitions; ``compression_ratio`` above about 2.4 means repetitive (hallucinated) text.
+    """
+
+    text: str
+    segments: list[Segment] = field(default_factory=list)
+    language: str | None = None
+    language_prob: float | None = None
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 1.0
+    prefix_applied: bool = False
+    audio_s: float = 0.0
+    window_s: float = 0.0
+    decode_s: float = 0.0
+
+    @property
+    def looks_like_silence(self) -> bool:
+        """Whisper's own rule for 'nothing was said' (no-speech token likely and low confidence)."""
+        return self.no_speech_prob > 0.6 and self.avg_logprob < -1.0
+
+    @property
+    def looks_repetitive(self) -> bool:
+        return self.compression_ratio > 2.4

@@ -1,0 +1,34 @@
+"""Live captions in a real browser: Chromium's fake microphone plays a Piper sentence (looped) into the
+/captions page of a real server, and the caption text shows up on the page."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.browser import chromium_page, requires_chromium, serve
+from tests.speech import synthesize, write_wav
+
+pytestmark = requires_chromium
+pytest.importorskip("playwright.sync_api")
+
+SENTENCE = "Please remember to bring your umbrella tomorrow morning."
+
+
+def test_captions_appear_on_the_page(tmp_path):
+    speech = synthesize(SENTENCE, 48000)
+    pause = np.zeros(48000, dtype=np.int16)
+    wav = write_wav(tmp_path / "speech.wav", np.concatenate([pause, speech, pause]), 48000)
+    with serve(tmp_path, "--preload", "vad,asr") as served, chromium_page(served, tmp_path, audio_file=wav) as b:
+        b.open("/captions")
+        b.page.click("#connect")
+        b.wait_js("connect", "document.querySelector('#connection-state').textContent.trim() === 'connected'",
+                  20_000)
+        b.wait_js("a final caption in the transcript",
+                  "[...document.querySelectorAll('#transcript li.final')]"
+                  ".some(li => /umbrella/i.test(li.textContent))", 45_000)
+        text = b.page.inner_text("#transcript").lower()
+        assert "remember" in text and "tomorrow" in text, b.diagnose("caption words")
+        overlay = b.page.inner_text("#caption-overlay").lower()
+        assert "umbrella" in overlay or "remember" in overlay or overlay.strip() == "", b.diagnose("overlay")
+        assert not b.page_errors(), b.diagnose("no page errors")

@@ -1,0 +1,255 @@
+"""The captions policy with scripted recognizers: segmentation, LocalAgreement commits, finals, trimming and the
+silence guard. The real-model path is in test_captions_real.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from rtc_agent.apps.captions.local_agreement import LocalAgreement, common_prefix, strip_committed
+from rtc_agent.apps.captions.speech_segmenter import SpeechEvent, SpeechSegmenter
+from rtc_agent.apps.captions.transcriber import StreamingTranscriber, TranscriberConfig
+from rtc_agent.engines.asr.base import Segment, Transcript, TranscribeRequest
+from rtc_agent.errors import AtCapacity
+
+
+def feed(segmenter: SpeechSegmenter, probs: list[float], window_ms: int = 32) -> list[SpeechEvent]:
+    events = []
+    for i, p in enumerate(probs):
+        events += segmenter.feed(p, i * window_ms, (i + 1) * window_ms)
+    return events
+
+
+def test_segmenter_needs_minimum_speech_and_silence():
+    seg = SpeechSegmenter(threshold=0.5, min_speech_ms=96, min_silence_ms=128)
+    assert feed(seg, [0.9, 0.9, 0.1, 0.9]) == []  # two loud windows (64 ms) are a cough, not speech
+    seg = SpeechSegmenter(threshold=0.5, min_speech_ms=96, min_silence_ms=128)
+    events = feed(seg, [0.1, 0.9, 0.9, 0.9, 0.9, 0.1, 0.1, 0.9, 0.8, 0.1, 0.1, 0.1, 0.1, 0.1])
+    assert events == [SpeechEvent("start", 32), SpeechEvent("pause", 160), SpeechEvent("resume", 224),
+                      SpeechEvent("pause", 288), SpeechEvent("end", 288)]
+    assert not seg.in_speech
+
+
+def test_segmenter_hysteresis_and_flush():
+    seg = SpeechSegmenter(threshold=0.5, min_speech_ms=32, min_silence_ms=64)
+    events = feed(seg, [0.9, 0.45, 0.45, 0.45, 0.45])  # between the thresholds: still speech
+    assert [e.kind for e in events] == ["start"]
+    assert seg.flush(500) == [SpeechEvent("end", 500)]
+    assert seg.flush(600) == []
+
+
+def test_local_agreement_commits_what_two_hypotheses_share():
+    la = LocalAgreement()
+    assert la.update("the cat".split()) == []
+    assert la.update("the cat sat on".split()) == ["the", "cat"]
+    assert la.tentative == ["sat", "on"]
+    assert la.update("Sat, on the mat".split()) == ["Sat,", "on"]
+    assert la.committed == ["the", "cat", "Sat,", "on"]
+    assert la.update("a rug".split()) == []  # disagreement commits nothing and never changes committed words
+    assert la.committed == ["the", "cat", "Sat,", "on"]
+    assert common_prefix(["Hello,", "World"], ["hello", "world!"]) == 2
+    assert strip_committed("the cat sat".split(), ["The", "cat"]) == ["sat"]
+    assert strip_committed("a cat sat".split(), ["the", "cat"]) == ["sat"]
+
+
+class ScriptedRecognizer:
+    """Answers each call with the next scripted transcript; records the requests."""
+
+    def __init__(self, script: list[Transcript | Exception], delay: float = 0.0) -> None:
+        self.script = list(script)
+        self.requests: list[TranscribeRequest] = []
+        self.delay = delay
+
+    async def __call__(self, request: TranscribeRequest) -> Transcript:
+        self.requests.append(request)
+        await asyncio.sleep(self.delay)
+        item = self.script.pop(0) if self.script else Transcript(text="", prefix_applied=True)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+def hyp(text: str, segments: list[tuple[float, float, str]] | None = None, **kw) -> Transcript:
+    segs = [Segment(a, b, t) for a, b, t in segments] if segments else [Segment(0, 1, text)]
+    return Transcript(text=text, segments=segs, prefix_applied=True, language="en", language_prob=1.0, **kw)
+
+
+class Harness:
+    def __init__(self, recognizer: ScriptedRecognizer, **config) -> None:
+        self.events: list = []
+        self.tasks: list[asyncio.Task] = []
+        self.transcriber = StreamingTranscriber(
+            recognizer, self.events.append,
+            lambda coro, name: self.tasks.append(asyncio.get_running_loop().create_task(coro)) or self.tasks[-1],
+            TranscriberConfig(**{"language": "en", "min_commit_ms": 0, **config}),
+        )
+        self.ms = 0
+
+    def audio(self, ms: int) -> None:
+        for _ in range(ms // 20):
+            self.transcriber.push_audio(np.full(320, 0.1, dtype=np.float32), self.ms)
+            self.ms += 20
+
+    async def settle(self) -> None:
+        while any(not t.done() for t in self.tasks):
+            await asyncio.gather(*self.tasks)
+
+    async def speak(self, ms: int, step_ms: int = 100) -> None:
+        for _ in range(ms // step_ms):
+            self.audio(step_ms)
+            self.transcriber.poll(self.ms)
+            await self.settle()
+
+    def of(self, kind: str) -> list:
+        return [e for e in self.events if e.type == kind]
+
+
+async def test_partials_commit_agreed_words_and_final_adds_the_tail():
+    rec = ScriptedRecognizer([hyp("hello"), hyp("hello there"), hyp("there general"), hyp("general kenobi"),
+                              hyp("kenobi")])
+    h = Harness(rec, decode_interval_ms=500)
+    h.audio(300)
+    h.transcriber.on_speech(SpeechEvent("start", 100), h.ms)
+    await h.speak(2000)
+    partials = h.of("caption.partial")
+    assert [p.committed for p in partials] == ["", "hello", "hello there", "hello there general"]
+    assert [p.tentative for p in partials] == ["hello", "there", "general", "kenobi"]
+    # committed text only ever grows
+    for a, b in zip(partials, partials[1:], strict=False):
+        assert b.committed.startswith(a.committed)
+    # the forced prefix is what is committed
+    assert [r.prefix for r in rec.requests] == ["", "", "hello", "hello there"]
+    assert all(p.segment_id == partials[0].segment_id for p in partials)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    await h.settle()
+    h.audio(300)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms - 300), h.ms)
+    await h.settle()
+    finals = h.of("caption.final")
+    assert len(finals) == 1 and finals[0].text == "hello there general kenobi"
+    assert finals[0].audio_start_ms == 100 and finals[0].audio_end_ms == h.ms - 300
+    assert h.of("input_audio_buffer.speech_started")[0].audio_start_ms == 100
+    assert h.of("input_audio_buffer.speech_stopped")[0].audio_end_ms == h.ms - 300
+
+
+async def test_final_reuses_a_decode_that_covered_the_end():
+    rec = ScriptedRecognizer([hyp("one two three")])
+    h = Harness(rec, decode_interval_ms=10_000)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(1000)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)  # speculative decode right away
+    await h.settle()
+    calls = len(rec.requests)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms + 250)
+    await h.settle()
+    assert len(rec.requests) == calls  # no extra decode for the final
+    assert h.of("caption.final")[0].text == "one two three"
+
+
+async def test_final_decodes_when_no_result_covers_the_end():
+    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma")])
+    h = Harness(rec, decode_interval_ms=600)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(700)
+    h.audio(400)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms - 300), h.ms)
+    await h.settle()
+    assert len(rec.requests) == 2
+    assert len(rec.requests[1].audio) == (h.ms - 300 + 150) * 16  # cut at the end of speech plus the tail
+    assert h.of("caption.final")[0].text == "alpha beta gamma"
+
+
+async def test_silence_guard_drops_hallucinations():
+    silent = dict(no_speech_prob=0.9, avg_logprob=-1.5)
+    rec = ScriptedRecognizer([hyp("Thank you.", **silent), hyp("Thank you.", **silent), hyp("you", **silent)])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(900)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.partial") == [] and h.of("caption.final") == []
+    assert h.transcriber.dropped_results >= 2
+
+
+async def test_repetitive_results_are_dropped():
+    rec = ScriptedRecognizer([hyp("la la la", compression_ratio=3.0), hyp("real words")])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(600)
+    assert [p.tentative for p in h.of("caption.partial")] == ["real words"]
+
+
+async def test_long_speech_is_trimmed_at_a_committed_segment_boundary():
+    first = [(0.0, 6.0, " first sentence here."), (6.0, 16.0, " second one")]
+    rec = ScriptedRecognizer([hyp("first sentence here. second", first[:1] + [(6.0, 16.0, " second")]),
+                              hyp("first sentence here. second one", first)] + [hyp("one more")] * 5)
+    h = Harness(rec, decode_interval_ms=16_000, trim_after_s=15.0)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    h.audio(16_500)
+    h.transcriber.poll(h.ms)
+    await h.settle()
+    h.audio(100)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    await h.settle()
+    finals = h.of("caption.final")
+    assert [f.text for f in finals] == ["first sentence here."]
+    assert finals[0].audio_end_ms == 6000
+    assert h.transcriber.buffer_ms == 16_600 - 6000  # the audio before the boundary is gone
+    h.audio(100)
+    h.transcriber.on_speech(SpeechEvent("resume", h.ms), h.ms)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    await h.settle()
+    assert rec.requests[-1].prefix == "second"  # committed words past the boundary stay as the prefix
+    last = h.of("caption.partial")[-1]
+    assert last.segment_id != finals[0].segment_id
+    assert last.committed.startswith("second") and last.audio_start_ms == 6000
+
+
+async def test_hard_limit_without_boundary_finalizes_everything():
+    rec = ScriptedRecognizer([hyp("no timestamps at all")] * 3)
+    h = Harness(rec, decode_interval_ms=5000, trim_after_s=15.0, hard_limit_s=19.0)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(21_000, step_ms=1000)
+    finals = h.of("caption.final")
+    assert finals and "no timestamps at all" in finals[0].text
+    assert h.transcriber.buffer_ms < 5000
+
+
+async def test_engine_errors_are_reported_once_and_the_utterance_goes_on():
+    rec = ScriptedRecognizer([AtCapacity("busy", code="engine_overloaded"), AtCapacity("busy", code="engine_overloaded"),
+                              hyp("finally")])
+    h = Harness(rec, decode_interval_ms=200)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(800)
+    errors = h.of("error")
+    assert len(errors) == 1 and errors[0].error.code == "engine_overloaded"
+    assert h.of("caption.partial")[-1].tentative == "finally"
+
+
+async def test_language_detection_is_locked_per_utterance():
+    rec = ScriptedRecognizer([Transcript(text="hola", language="es", language_prob=0.9, audio_s=1.5,
+                                         prefix_applied=True)])
+    events: list = []
+    t = StreamingTranscriber(rec, events.append, lambda c, n: asyncio.get_running_loop().create_task(c),
+                             TranscriberConfig(language=None, decode_interval_ms=100))
+    for i in range(100):
+        t.push_audio(np.zeros(320, dtype=np.float32), i * 20)
+    t.on_speech(SpeechEvent("start", 0), 2000)
+    await asyncio.sleep(0.05)
+    t.poll(2200)
+    await asyncio.sleep(0.05)
+    assert rec.requests[0].language is None and rec.requests[1].language == "es"
+    assert t.language == "es"
+
+
+@pytest.mark.parametrize("text", ["", "one"])
+async def test_flush_closes_an_open_utterance(text):
+    rec = ScriptedRecognizer([hyp(text)] * 3)
+    h = Harness(rec, decode_interval_ms=200)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(400)
+    h.transcriber.flush(h.ms)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == ([text] if text else [])
