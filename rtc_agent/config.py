@@ -67,7 +67,7 @@ class Settings:
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
     max_output_seconds: float = _opt(120.0, "Most seconds of speech queued on a session's outgoing track.",
                                      "media")
-    preload: list[str] = _opt(["vad", "asr"], "Engines to load in the background at start-up, so the first "
+    preload: list[str] = _opt(["vad", "asr", "tts"], "Engines to load in the background at start-up, so the first "
                                               "session does not wait (comma-separated; empty = load on first use).",
                               "engines")
     cache_dir: str = _opt(str(Path.home() / ".cache" / "rtc-agent"),
@@ -96,7 +96,13 @@ class Settings:
     llm_model: str = _opt("", "LLM model name or path.", "engines")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
-    tts_model: str = _opt("", "TTS model or voice name.", "engines")
+    tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "
+                              "remote server's model name.", "engines")
+    tts_voice: str = _opt("alloy", "Voice name for the remote TTS server.", "engines")
+    tts_api_key: str = _opt("", "API key for the remote TTS server.", "engines", secret=True)
+    tts_speed: float = _opt(1.0, "Speaking rate (1.0 = the voice's own).", "engines")
+    tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
+    tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
     vlm_engine: str = _opt("embedded", "Vision engine: embedded, transformers, moss or openai.", "engines")
     vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")
     vlm_model: str = _opt("", "Vision model name or path.", "engines")

@@ -4,6 +4,7 @@ silence guard. The real-model path is in test_captions_real.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from rtc_agent.apps.captions.local_agreement import LocalAgreement, common_prefix, strip_committed
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent, SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import StreamingTranscriber, TranscriberConfig
-from rtc_agent.engines.asr.base import Segment, Transcript, TranscribeRequest
+from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
 from rtc_agent.errors import AtCapacity
 
 
@@ -42,16 +43,16 @@ def test_segmenter_hysteresis_and_flush():
 
 def test_local_agreement_commits_what_two_hypotheses_share():
     la = LocalAgreement()
-    assert la.update("the cat".split()) == []
-    assert la.update("the cat sat on".split()) == ["the", "cat"]
+    assert la.update(["the", "cat"]) == []
+    assert la.update(["the", "cat", "sat", "on"]) == ["the", "cat"]
     assert la.tentative == ["sat", "on"]
-    assert la.update("Sat, on the mat".split()) == ["Sat,", "on"]
+    assert la.update(["Sat,", "on", "the", "mat"]) == ["Sat,", "on"]
     assert la.committed == ["the", "cat", "Sat,", "on"]
-    assert la.update("a rug".split()) == []  # disagreement commits nothing and never changes committed words
+    assert la.update(["a", "rug"]) == []  # disagreement commits nothing and never changes committed words
     assert la.committed == ["the", "cat", "Sat,", "on"]
     assert common_prefix(["Hello,", "World"], ["hello", "world!"]) == 2
-    assert strip_committed("the cat sat".split(), ["The", "cat"]) == ["sat"]
-    assert strip_committed("a cat sat".split(), ["the", "cat"]) == ["sat"]
+    assert strip_committed(["the", "cat", "sat"], ["The", "cat"]) == ["sat"]
+    assert strip_committed(["a", "cat", "sat"], ["the", "cat"]) == ["sat"]
 
 
 class ScriptedRecognizer:
@@ -117,7 +118,7 @@ async def test_partials_commit_agreed_words_and_final_adds_the_tail():
     assert [p.committed for p in partials] == ["", "hello", "hello there", "hello there general"]
     assert [p.tentative for p in partials] == ["hello", "there", "general", "kenobi"]
     # committed text only ever grows
-    for a, b in zip(partials, partials[1:], strict=False):
+    for a, b in itertools.pairwise(partials):
         assert b.committed.startswith(a.committed)
     # the forced prefix is what is committed
     assert [r.prefix for r in rec.requests] == ["", "", "hello", "hello there"]
@@ -183,7 +184,7 @@ async def test_repetitive_results_are_dropped():
 
 async def test_long_speech_is_trimmed_at_a_committed_segment_boundary():
     first = [(0.0, 6.0, " first sentence here."), (6.0, 16.0, " second one")]
-    rec = ScriptedRecognizer([hyp("first sentence here. second", first[:1] + [(6.0, 16.0, " second")]),
+    rec = ScriptedRecognizer([hyp("first sentence here. second", [*first[:1], (6.0, 16.0, " second")]),
                               hyp("first sentence here. second one", first)] + [hyp("one more")] * 5)
     h = Harness(rec, decode_interval_ms=16_000, trim_after_s=15.0)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
@@ -218,8 +219,8 @@ async def test_hard_limit_without_boundary_finalizes_everything():
 
 
 async def test_engine_errors_are_reported_once_and_the_utterance_goes_on():
-    rec = ScriptedRecognizer([AtCapacity("busy", code="engine_overloaded"), AtCapacity("busy", code="engine_overloaded"),
-                              hyp("finally")])
+    busy = AtCapacity("busy", code="engine_overloaded")
+    rec = ScriptedRecognizer([busy, busy, hyp("finally")])
     h = Harness(rec, decode_interval_ms=200)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
     await h.speak(800)

@@ -4,11 +4,12 @@ packages, speech synthesized by the Piper voice."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import aiohttp
 import numpy as np
 
-from rtc_agent.bench.common import normalize_text, wer
+from rtc_agent.bench.common import wer
 from rtc_agent.engines.asr.base import TranscribeRequest
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
@@ -45,7 +46,7 @@ async def test_spoken_sentences_become_final_captions(server):
         for p in partials:
             by_segment.setdefault(p["segment_id"], []).append(p["committed"])
         for committed in by_segment.values():
-            for a, b in zip(committed, committed[1:], strict=False):
+            for a, b in itertools.pairwise(committed):
                 assert b.startswith(a)
         # positions are on the session clock and match where the sentences are in the clip
         for (start_s, end_s), final in zip(spans, finals, strict=False):

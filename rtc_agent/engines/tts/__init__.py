@@ -1,0 +1,122 @@
+"""Text-to-speech engines: embedded Piper (joe medium voice, CPU) or an OpenAI-compatible ``/v1/audio/speech`` server.
+
+``engine_spec(settings)`` builds the worker registration from the settings (``tts_engine``, ``tts_url``,
+``tts_model``, DESIGN.md section 6); the apps talk to it through :class:`SpeechSynthesizer`, one request per
+clause (see :mod:`rtc_agent.engines.tts.base` for the contract and :mod:`rtc_agent.engines.tts.text` for the
+clause splitter).
+
+Options beyond the three common switches are read from a ``Settings`` field when it exists, else from the
+environment: ``tts_voice`` / ``RTC_AGENT_TTS_VOICE`` (remote voice, default ``alloy``),
+``tts_api_key`` / ``RTC_AGENT_TTS_API_KEY``, ``tts_response_format`` / ``RTC_AGENT_TTS_RESPONSE_FORMAT`` (``wav``
+or ``pcm``), ``tts_pcm_sample_rate`` (24000), ``tts_speed`` (base speed, 1.0), ``tts_timeout_s`` (30),
+``tts_concurrency`` (remote requests at once, 4; Piper always 1: ONNX Runtime already uses every core),
+``tts_threads`` (Piper's ONNX Runtime threads, 0 = one per core).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rtc_agent.config import Settings, SettingsError
+from rtc_agent.engines.tts.base import (
+    MAX_SPEED,
+    MIN_SPEED,
+    Synthesis,
+    SynthesisRequest,
+    TTSEngine,
+    check_text,
+    decode_wav,
+    encode_wav,
+)
+from rtc_agent.engines.tts.openai import OpenAITTSEngine
+from rtc_agent.engines.tts.piper import PiperEngine
+from rtc_agent.engines.tts.stream import SpeechSynthesizer, spoken_text
+from rtc_agent.engines.tts.text import ClauseSplitter, speakable, split_clauses
+from rtc_agent.worker import EngineSpec
+
+__all__ = [
+    "ENGINE_NAME",
+    "MAX_SPEED",
+    "MIN_SPEED",
+    "ClauseSplitter",
+    "OpenAITTSEngine",
+    "PiperEngine",
+    "SpeechSynthesizer",
+    "Synthesis",
+    "SynthesisRequest",
+    "TTSEngine",
+    "check_text",
+    "decode_wav",
+    "encode_wav",
+    "engine_spec",
+    "speakable",
+    "split_clauses",
+    "spoken_text",
+]
+
+ENGINE_NAME = "tts"
+_EMBEDDED = ("embedded", "piper", "")
+
+
+def _option(settings: Settings, name: str, default: str) -> str:
+    """``settings.tts_<name>`` when set, else ``default``."""
+    value: Any = getattr(settings, f"tts_{name}", None)
+    return str(value) if value not in (None, "") else default
+
+
+def _number(settings: Settings, name: str, default: float) -> float:
+    raw = _option(settings, name, str(default))
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"tts_{name} must be a number, got {raw!r}") from None
+
+
+def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
+    """The worker registration of the configured TTS engine (not loaded yet: the worker loads it on first use or
+    in ``load_all``).
+
+    - ``tts_engine = "embedded"`` (or ``"piper"``): Piper; ``tts_model`` may name another Piper ``.onnx`` voice
+      file (its ``.onnx.json`` next to it), empty is the packaged joe medium voice. One batch at a time, one
+      request per batch (so every clause is delivered the moment it is ready).
+    - ``tts_engine = "openai"``: :class:`OpenAITTSEngine` at ``tts_url`` with ``tts_model`` (default ``tts-1``).
+
+    Raises ``SettingsError`` for an unknown engine, a missing or bad URL or option, checked here so a bad
+    configuration fails at startup rather than on the first spoken clause.
+    """
+    kind = settings.tts_engine.strip().lower()
+    speed = _number(settings, "speed", 1.0)
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise SettingsError(f"tts_speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed}")
+    if kind in _EMBEDDED:
+        model = settings.tts_model.strip() or None
+        if model is not None and not os.path.exists(model):
+            raise SettingsError(f"tts_model {model!r}: no such Piper voice file (leave it empty for the packaged "
+                                "joe voice)")
+        threads = int(_number(settings, "threads", 0)) or None
+        if threads is not None and threads < 1:
+            raise SettingsError(f"tts_threads must be >= 0, got {threads}")
+        return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads), max_queue=64,
+                          max_batch=1, concurrency=1)
+    if kind == "openai":
+        if not settings.tts_url.strip():
+            raise SettingsError("tts_engine 'openai' needs tts_url (e.g. --tts-url http://host:8000/v1)")
+        concurrency = int(_number(settings, "concurrency", 4))
+        options: dict[str, Any] = {
+            "model": settings.tts_model.strip() or "tts-1",
+            "voice": _option(settings, "voice", "alloy"),
+            "api_key": _option(settings, "api_key", ""),
+            "speed": speed,
+            "response_format": _option(settings, "response_format", "wav").lower(),
+            "pcm_sample_rate": int(_number(settings, "pcm_sample_rate", 24000)),
+            "timeout_s": _number(settings, "timeout_s", 30.0),
+        }
+        url = settings.tts_url.strip()
+        try:
+            OpenAITTSEngine(url, **options)  # validates the options now; cheap, no network
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        return EngineSpec(name=name, factory=lambda: OpenAITTSEngine(url, **options), max_queue=64, max_batch=1,
+                          concurrency=max(1, concurrency))
+    raise SettingsError(f"unknown tts_engine {settings.tts_engine!r}: use 'embedded' (Piper) or 'openai'")

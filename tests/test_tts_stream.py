@@ -1,0 +1,152 @@
+"""SpeechSynthesizer.stream: clause-by-clause synthesis through the worker, in order, cancellable (scripted engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from rtc_agent.engines.tts import SpeechSynthesizer, Synthesis, SynthesisRequest, spoken_text
+from rtc_agent.errors import EngineError
+from rtc_agent.worker import EngineSpec, Worker
+
+GUARD_S = 10  # only a hang guard, never a latency assertion
+
+
+class ScriptedTTS:
+    """Says each text as ``len(text)`` ms of a tone; ``hold`` texts wait for ``gate``; ``fail`` texts fail."""
+
+    voice = "scripted"
+    sample_rate = 16000
+
+    def __init__(self, hold: tuple[str, ...] = (), fail: tuple[str, ...] = ()) -> None:
+        self.hold = hold
+        self.fail = fail
+        self.gate = threading.Event()
+        self.started = threading.Event()
+        self.ran: list[SynthesisRequest] = []
+
+    def load(self, progress: object) -> None:
+        pass
+
+    def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
+        out: list[Synthesis | Exception] = []
+        for r in requests:
+            self.ran.append(r)
+            self.started.set()
+            if r.text in self.hold:
+                self.gate.wait(GUARD_S)
+            if r.text in self.fail:
+                out.append(EngineError("scripted failure", code="scripted"))
+                continue
+            pcm = np.full(16 * len(r.text), 1000, dtype=np.int16)
+            out.append(Synthesis(pcm=pcm, sample_rate=16000, text=r.text, voice=r.voice or self.voice, speed=r.speed))
+        return out
+
+
+async def make(engine: ScriptedTTS) -> Worker:
+    worker = Worker()
+    worker.add(EngineSpec(name="tts", factory=lambda: engine, max_queue=8))
+    await worker.load("tts")
+    return worker
+
+
+async def test_clauses_stream_in_order_while_text_is_still_coming() -> None:
+    engine = ScriptedTTS()
+    worker = await make(engine)
+    more_text = asyncio.Event()
+
+    async def llm() -> AsyncIterator[str]:
+        for piece in ["Sure", "! Let me", " check that", " for you."]:
+            yield piece
+        await more_text.wait()  # the rest comes only after the first audio was received
+        for piece in [" It is 3", ".5 degrees", " today. Bye"]:
+            yield piece
+
+    tts = SpeechSynthesizer(worker, voice="v1")
+    got: list[str] = []
+    async with asyncio.timeout(GUARD_S):
+        async for s in tts.stream(llm()):
+            got.append(s.text)
+            assert s.voice == "v1" and s.duration_s == pytest.approx(len(s.text) / 1000)
+            more_text.set()
+    assert got == ["Sure!", "Let me check that for you.", "It is 3.5 degrees today.", "Bye"]
+    await worker.close()
+
+
+async def test_speed_is_read_per_clause_and_strings_work() -> None:
+    engine = ScriptedTTS()
+    worker = await make(engine)
+    speeds = iter([1.0, 1.25, 1.5])
+    tts = SpeechSynthesizer(worker)
+    out = [s async for s in tts.stream("One. Two. Three.", speed=lambda: next(speeds))]
+    assert [(s.text, s.speed) for s in out] == [("One.", 1.0), ("Two.", 1.25), ("Three.", 1.5)]
+    assert [s.text async for s in tts.stream(["Plain", " list."], speed=2.0)] == ["Plain list."]
+    await worker.close()
+
+
+async def test_closing_the_stream_cancels_pending_clauses() -> None:
+    engine = ScriptedTTS(hold=("One.",))
+    worker = await make(engine)
+    tts = SpeechSynthesizer(worker, lookahead=3)
+    received: list[str] = []
+
+    async def speak() -> None:
+        async for s in tts.stream("One. Two. Three. Four. Five. Six."):
+            received.append(s.text)
+
+    task = asyncio.create_task(speak())
+    async with asyncio.timeout(GUARD_S):
+        await asyncio.to_thread(engine.started.wait, GUARD_S)  # "One." is being synthesized
+        await asyncio.sleep(0)  # let the producer queue the next clauses
+        task.cancel()  # barge-in
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        engine.gate.set()
+        await worker.close()
+    assert received == []
+    assert [r.text for r in engine.ran] == ["One."]  # the queued clauses never reached the engine
+
+
+async def test_errors_surface_after_the_clauses_before_them() -> None:
+    engine = ScriptedTTS(fail=("Bad.",))
+    worker = await make(engine)
+    tts = SpeechSynthesizer(worker)
+    got: list[str] = []
+    with pytest.raises(EngineError) as caught:
+        async for s in tts.stream("Good. Bad. Never."):
+            got.append(s.text)
+    assert got == ["Good."] and caught.value.code == "scripted"
+
+    async def broken() -> AsyncIterator[str]:
+        yield "First. "
+        raise RuntimeError("llm died")
+
+    got.clear()
+    with pytest.raises(RuntimeError, match="llm died"):
+        async for s in tts.stream(broken()):
+            got.append(s.text)
+    assert got == ["First."]
+    await worker.close()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        SpeechSynthesizer(object(), lookahead=0)
+    with pytest.raises(ValueError):
+        SpeechSynthesizer(object(), timeout_s=0)
+
+
+def test_spoken_text_for_barge_in_truncation() -> None:
+    def clause(text: str, seconds: float) -> Synthesis:
+        return Synthesis(pcm=np.zeros(int(seconds * 1000), dtype=np.int16), sample_rate=1000, text=text, voice="v")
+
+    clauses = [clause("Sure!", 0.5), clause("The weather is sunny today.", 2.0), clause("Bye.", 0.5)]
+    assert spoken_text(clauses, 0.0) == ""
+    assert spoken_text(clauses, 0.5) == "Sure!"
+    assert spoken_text(clauses, 1.1) == "Sure! The weather"  # 30% of the second clause: its first 8 characters
+    assert spoken_text(clauses, 2.5) == "Sure! The weather is sunny today."
+    assert spoken_text(clauses, 99.0) == "Sure! The weather is sunny today. Bye."
