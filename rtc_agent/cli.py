@@ -20,6 +20,10 @@ BENCHMARKS = {
     "loop": ("rtc_agent.bench.loop_lag", "event-loop lag while engines are busy (worker scheduling)"),
     "captions": ("rtc_agent.bench.captions", "live captions through a real peer: WER, final latency, cadence, "
                                              "concurrent sessions"),
+    "vision": ("rtc_agent.bench.vision", "visual commentary: frame-to-text latency, sustained fps, precision and "
+                                         "recall against known event times"),
+    "interpret": ("rtc_agent.bench.interpret", "simultaneous interpretation: StreamLAAL latency, chrF/BLEU vs "
+                                               "offline Whisper translate, model calls saved by VAD"),
 }
 
 

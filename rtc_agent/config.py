@@ -91,6 +91,18 @@ class Settings:
     st_engine: str = _opt("embedded", "Speech translation engine: embedded, openai or cascade.", "engines")
     st_url: str = _opt("", "Base URL of an OpenAI-compatible speech-translation server.", "engines")
     st_model: str = _opt("", "Speech-translation model name or path.", "engines")
+    st_api_key: str = _opt("", "API key for the remote speech-translation server.", "engines", secret=True)
+    st_mode: str = _opt("target", "What the remote speech LLM answers: target (translation only) or source+target "
+                                  "(transcript and translation).", "engines")
+    st_chunk_ms: int = _opt(800, "Interpretation chunk after the first 1600 ms one: 800 or 1600 ms.", "engines")
+    st_window_s: float = _opt(24.0, "Cut the interpretation context after this many seconds of speech (0 = only "
+                                    "on the model's length limit and token budget).", "engines")
+    st_max_model_len: int = _opt(8192, "Context length in tokens of the remote speech-translation model (the "
+                                       "policy cuts its context before the budget runs out).", "engines")
+    st_max_lag_s: float = _opt(3.0, "Spoken translation lag (s) above which speech speeds up or skips stale text.",
+                               "engines")
+    st_max_upload_bytes: int = _opt(64 * 1024 * 1024, "Largest audio upload to /v1/translate/stream (413 above).",
+                                    "engines")
     llm_engine: str = _opt("embedded", "LLM engine: embedded or openai.", "engines")
     llm_url: str = _opt("", "Base URL of an OpenAI-compatible chat-completions server.", "engines")
     llm_model: str = _opt("", "LLM model name or path.", "engines")
@@ -103,7 +115,8 @@ class Settings:
     tts_speed: float = _opt(1.0, "Speaking rate (1.0 = the voice's own).", "engines")
     tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
     tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
-    vlm_engine: str = _opt("embedded", "Vision engine: embedded, transformers, moss or openai.", "engines")
+    vlm_engine: str = _opt("embedded", "Vision engine: embedded (scene describer), transformers, moss, or "
+                                       "sglang/openai (remote).", "engines")
     vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")
     vlm_model: str = _opt("", "Vision model name or path.", "engines")
 

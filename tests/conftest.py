@@ -71,6 +71,11 @@ class SharedEngine:
     def close(self) -> None:
         pass
 
+    def __getattr__(self, name: str) -> Any:  # anything else (open_session, describe, ...) is the engine's
+        if self.engine is None:
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
 
 _SHARED: dict[str, SharedEngine] = {}
 

@@ -16,11 +16,12 @@ import numpy as np
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.engines.vad import WINDOW_SAMPLES, VadRequest, VadStream
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent
-from rtc_agent.protocol.events import SessionUpdate, SessionUpdated
+from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, VisionPrompt
 
 SAMPLE_RATE = 16000
 VAD_BACKLOG_LIMIT_S = 10.0  # audio waiting for the VAD beyond this is dropped (and counted)
@@ -47,7 +48,8 @@ class CaptionsApp(App):
     description = "Live captions of your speech, with commentary on what the camera shows."
     uses_video = True
 
-    CONFIG_KEYS = frozenset({"language", "vad_threshold", "vad_min_silence_ms", "vad_min_speech_ms"})
+    CONFIG_KEYS = frozenset({"language", "vad_threshold", "vad_min_silence_ms", "vad_min_speech_ms", "vision"})
+    VISION_ENGINE = "vlm"
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         super().__init__(ctx, config)
@@ -64,6 +66,11 @@ class CaptionsApp(App):
         self._vad_position = 0  # samples of audio already given to the VAD (session clock, 16 kHz)
         self._wake = asyncio.Event()
         self.vad_dropped_ms = 0
+        # Visual commentary starts with the first camera frame, so audio-only sessions never hold the vision
+        # engine's single slot.
+        self.vision = (VisionCommentary(ctx, ctx.worker, self.VISION_ENGINE, config["vision"])
+                       if config["vision"] is not None else None)
+        self._vision_started = False
 
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
@@ -75,6 +82,7 @@ class CaptionsApp(App):
             "vad_threshold": config.get("vad_threshold", settings.vad_threshold),
             "vad_min_silence_ms": config.get("vad_min_silence_ms", settings.vad_min_silence_ms),
             "vad_min_speech_ms": config.get("vad_min_speech_ms", settings.vad_min_speech_ms),
+            "vision": cls._vision_config(config.get("vision", True)),
         }
         if not isinstance(out["vad_threshold"], int | float) or not 0 < out["vad_threshold"] < 1:
             raise InvalidRequest("vad_threshold must be between 0 and 1", code="invalid_config")
@@ -83,9 +91,21 @@ class CaptionsApp(App):
                 raise InvalidRequest(f"{key} must be an integer from 0 to 10000", code="invalid_config")
         return out
 
+    @staticmethod
+    def _vision_config(value: Any) -> dict[str, Any] | None:
+        """``vision``: true (defaults), false (off) or a dict of commentary options."""
+        if value is False:
+            return None
+        if value is True or isinstance(value, dict):
+            return validate_commentary_config(value if isinstance(value, dict) else None)
+        raise InvalidRequest("vision must be true, false or an object of commentary options", code="invalid_config")
+
     def engines(self) -> dict[str, str]:
         s = self.ctx.settings
-        return {"vad": "silero-vad", "asr": f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"}
+        engines = {"vad": "silero-vad", "asr": f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"}
+        if self.vision is not None:
+            engines["vlm"] = f"{s.vlm_engine}:{s.vlm_model or s.vlm_url or 'scene-describer'}"
+        return engines
 
     async def _recognize(self, request: TranscribeRequest) -> Transcript:
         return await self.ctx.worker.call("asr", request)
@@ -106,6 +126,14 @@ class CaptionsApp(App):
             self._vad_position += len(old)
             self.vad_dropped_ms += len(old) * 1000 // SAMPLE_RATE
         self._wake.set()
+
+    def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
+        if self.vision is None:
+            return
+        if not self._vision_started:
+            self._vision_started = True
+            self.ctx.spawn(self.vision.start(), "vision-start")
+        self.vision.on_frame(image, ts_ms)
 
     def _take_windows(self) -> tuple[np.ndarray, int] | None:
         n = self._pending_samples // WINDOW_SAMPLES
@@ -136,6 +164,11 @@ class CaptionsApp(App):
                 self.transcriber.poll(self.ctx.now_ms())
 
     async def on_event(self, event: ClientEvent) -> None:
+        if isinstance(event, VisionPrompt):
+            if self.vision is None:
+                raise InvalidRequest("visual commentary is off for this session", code="vision_unavailable")
+            await self.vision.prompt(event.text)
+            return
         if isinstance(event, SessionUpdate):
             update = event.session.get("config", event.session)
             if "language" in update:
@@ -152,7 +185,9 @@ class CaptionsApp(App):
 
     def stats(self) -> dict[str, Any]:
         return {**self.transcriber.stats(), "vad_dropped_ms": self.vad_dropped_ms,
-                "in_speech": self.segmenter.in_speech}
+                "in_speech": self.segmenter.in_speech, "vision": self.vision.stats() if self.vision else None}
 
     async def close(self) -> None:
         self.transcriber.flush(self.ctx.now_ms())
+        if self.vision is not None:
+            await self.vision.close()
