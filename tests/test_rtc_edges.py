@@ -160,3 +160,15 @@ async def test_speech_output_queue_is_bounded():
     with pytest.raises(OutputOverflow):
         out.play(np.zeros(16000, dtype=np.int16), 16000)
     assert out.queued_ms == 250
+
+
+async def test_speech_output_pause_holds_and_resume_continues():
+    out = SpeechOutput()
+    utterance = out.play(np.full(4800, 5000, dtype=np.int16), 48000)
+    assert out.next_frame_pcm().all()
+    out.pause()
+    assert not out.next_frame_pcm().any() and not out.next_frame_pcm().any()
+    assert utterance.sent_ms == 20  # nothing consumed while paused
+    out.resume()
+    assert out.next_frame_pcm().all()
+    assert utterance.sent_ms == 40

@@ -172,6 +172,7 @@ class SpeechOutput(MediaStreamTrack):
         self.pacer = FramePacer(SAMPLE_RATE, FRAME_SAMPLES)
         self.frames_sent = 0
         self.speech_frames_sent = 0
+        self.paused = False
 
     # --- producer side ---
 
@@ -197,7 +198,9 @@ class SpeechOutput(MediaStreamTrack):
         return utterance
 
     def clear(self) -> list[Utterance]:
-        """Drop all queued speech now; returns the utterances that were cut (each with its ``sent_ms``)."""
+        """Drop all queued speech now (and end a pause); returns the utterances that were cut, each with its
+        ``sent_ms``."""
+        self.paused = False
         cut = list(self._queue)
         self._queue.clear()
         for utterance in cut:
@@ -205,6 +208,14 @@ class SpeechOutput(MediaStreamTrack):
             self._settle(utterance)
         self._queued_samples = max(self._queued_samples, 0)
         return cut
+
+    def pause(self) -> None:
+        """Hold playback: from the next frame on, silence is sent and nothing queued is consumed."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Continue playback where :meth:`pause` held it."""
+        self.paused = False
 
     @property
     def busy(self) -> bool:
@@ -241,7 +252,7 @@ class SpeechOutput(MediaStreamTrack):
         """The next 20 ms of samples: queued speech, zero-filled; finished utterances are settled."""
         out = np.zeros(FRAME_SAMPLES, dtype=np.int16)
         pos = 0
-        while pos < FRAME_SAMPLES and self._queue:
+        while pos < FRAME_SAMPLES and self._queue and not self.paused:
             utterance = self._queue[0]
             if utterance.queued_samples == 0:
                 if utterance.finished:
