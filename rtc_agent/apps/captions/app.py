@@ -7,8 +7,6 @@ speech boundaries.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -17,14 +15,13 @@ from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, TranscriberConfig
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
+from rtc_agent.apps.voice_activity import VoiceActivity
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
-from rtc_agent.engines.vad import WINDOW_SAMPLES, VadRequest, VadStream
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent
 from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, VisionPrompt
 
 SAMPLE_RATE = 16000
-VAD_BACKLOG_LIMIT_S = 10.0  # audio waiting for the VAD beyond this is dropped (and counted)
 LANGUAGE_CODES = frozenset([  # the languages Whisper knows
     "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el",
     "en", "es", "et", "eu", "fa", "fi", "fo", "fr", "gl", "gu", "ha", "haw", "he", "hi", "hr", "ht", "hu", "hy",
@@ -60,12 +57,7 @@ class CaptionsApp(App):
         )
         self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["vad_min_speech_ms"],
                                          min_silence_ms=config["vad_min_silence_ms"])
-        self.vad_stream = VadStream()
-        self._pending: deque[np.ndarray] = deque()
-        self._pending_samples = 0
-        self._vad_position = 0  # samples of audio already given to the VAD (session clock, 16 kHz)
-        self._wake = asyncio.Event()
-        self.vad_dropped_ms = 0
+        self.vad = VoiceActivity(ctx.worker, self._on_window)
         # Visual commentary starts with the first camera frame, so audio-only sessions never hold the vision
         # engine's single slot.
         self.vision = (VisionCommentary(ctx, ctx.worker, self.VISION_ENGINE, config["vision"])
@@ -111,21 +103,18 @@ class CaptionsApp(App):
         return await self.ctx.worker.call("asr", request)
 
     async def start(self) -> None:
-        self.ctx.spawn(self._run_vad(), "captions-vad")
+        self.ctx.spawn(self.vad.run(), "captions-vad")
 
     def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
         audio = pcm.astype(np.float32) / 32768.0
         self.transcriber.push_audio(audio, start_ms)
-        if self._pending_samples == 0:
-            self._vad_position = start_ms * SAMPLE_RATE // 1000
-        self._pending.append(audio)
-        self._pending_samples += len(audio)
-        while self._pending_samples > VAD_BACKLOG_LIMIT_S * SAMPLE_RATE:
-            old = self._pending.popleft()
-            self._pending_samples -= len(old)
-            self._vad_position += len(old)
-            self.vad_dropped_ms += len(old) * 1000 // SAMPLE_RATE
-        self._wake.set()
+        self.vad.push(audio, start_ms)
+
+    def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
+        now = self.ctx.now_ms()
+        for event in self.segmenter.feed(prob, start_ms, end_ms):
+            self.transcriber.on_speech(event, now)
+        self.transcriber.poll(now)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         if self.vision is None:
@@ -134,34 +123,6 @@ class CaptionsApp(App):
             self._vision_started = True
             self.ctx.spawn(self.vision.start(), "vision-start")
         self.vision.on_frame(image, ts_ms)
-
-    def _take_windows(self) -> tuple[np.ndarray, int] | None:
-        n = self._pending_samples // WINDOW_SAMPLES
-        if n == 0:
-            return None
-        audio = np.concatenate(self._pending)
-        take = n * WINDOW_SAMPLES
-        rest = audio[take:]
-        self._pending = deque([rest]) if len(rest) else deque()
-        self._pending_samples = len(rest)
-        start = self._vad_position
-        self._vad_position += take
-        return audio[:take].reshape(n, WINDOW_SAMPLES), start
-
-    async def _run_vad(self) -> None:
-        window_ms = WINDOW_SAMPLES * 1000 // SAMPLE_RATE
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while (taken := self._take_windows()) is not None:
-                windows, start_sample = taken
-                probs = await self.ctx.worker.call("vad", VadRequest(self.vad_stream, windows))
-                start_ms = start_sample * 1000 // SAMPLE_RATE
-                for i, prob in enumerate(probs):
-                    w_start = start_ms + i * window_ms
-                    for event in self.segmenter.feed(float(prob), w_start, w_start + window_ms):
-                        self.transcriber.on_speech(event, self.ctx.now_ms())
-                self.transcriber.poll(self.ctx.now_ms())
 
     async def on_event(self, event: ClientEvent) -> None:
         if isinstance(event, VisionPrompt):
@@ -184,7 +145,7 @@ class CaptionsApp(App):
         return list(self.transcriber.finals)
 
     def stats(self) -> dict[str, Any]:
-        return {**self.transcriber.stats(), "vad_dropped_ms": self.vad_dropped_ms,
+        return {**self.transcriber.stats(), "vad_dropped_ms": self.vad.dropped_ms,
                 "in_speech": self.segmenter.in_speech, "vision": self.vision.stats() if self.vision else None}
 
     async def close(self) -> None:
