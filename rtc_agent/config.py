@@ -105,7 +105,9 @@ class Settings:
                                     "engines")
     llm_engine: str = _opt("embedded", "LLM engine: embedded or openai.", "engines")
     llm_url: str = _opt("", "Base URL of an OpenAI-compatible chat-completions server.", "engines")
-    llm_model: str = _opt("", "LLM model name or path.", "engines")
+    llm_model: str = _opt("", "LLM model: empty = the packaged SmolLM2-135M-Instruct; a .gguf or transformers "
+                              "folder; or the remote server's model name (empty = its first model).", "engines")
+    llm_api_key: str = _opt("", "API key for the remote LLM server.", "engines", secret=True)
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "

@@ -282,6 +282,13 @@ class ResponseDone(ServerEvent):
     response: dict[str, Any]
 
 
+class ConversationItemCreated(ServerEvent):
+    """An item entered the conversation (a user text message, a tool result)."""
+
+    type: Literal["conversation.item.created"] = "conversation.item.created"
+    item: dict[str, Any]
+
+
 class ConversationItemTruncated(ServerEvent):
     type: Literal["conversation.item.truncated"] = "conversation.item.truncated"
     item_id: str
