@@ -84,7 +84,8 @@ def shared_worker(settings: Settings) -> Worker:
     """A worker with the settings' engines, each backed by an instance shared across tests."""
     worker = Worker()
     for spec in engine_specs(settings):
-        key = spec.name + "|" + "|".join(str(getattr(settings, f"{spec.name}_{k}", "")) for k in ("engine", "url", "model"))
+        choice = (getattr(settings, f"{spec.name}_{k}", "") for k in ("engine", "url", "model"))
+        key = "|".join([spec.name, *map(str, choice)])
         shared = _SHARED.setdefault(key, SharedEngine(spec.factory))
         worker.add(dataclasses.replace(spec, factory=lambda shared=shared: shared))
     return worker

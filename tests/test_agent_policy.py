@@ -88,7 +88,7 @@ async def test_tool_call_result_then_spoken_answer():
     assert done["status"] == "completed"
     assert [o["type"] for o in done["output"]] == ["message", "function_call_output", "message"]
     assert voice.texts == ["Let me work that out.", "It is 42."]  # the tag is never spoken
-    assert llm.requests[0].tools and not llm.requests[1].tools or llm.requests[1].tools
+    assert (llm.requests[0].tools and not llm.requests[1].tools) or llm.requests[1].tools
 
 
 async def test_invalid_arguments_are_answered_as_errors_not_executed():
@@ -96,7 +96,7 @@ async def test_invalid_arguments_are_answered_as_errors_not_executed():
                       ["Sorry, I could not convert that."])
     responder, events, _ = make(llm)
     await responder.run()
-    result = [e for e in events if e.type == "conversation.item.created"][0].item
+    result = next(e for e in events if e.type == "conversation.item.created").item
     assert '"invalid_arguments"' in result["output"]
     assert "invalid_arguments" in llm.requests[1].messages[-1]["content"]
 
@@ -124,7 +124,7 @@ async def test_browser_tool_timeout_returns_an_error_result():
     tools.declare_browser_tools([{"type": "function", "name": "show_banner", "description": "Show a banner",
                                   "parameters": {"type": "object", "properties": {}}}])
     llm = ScriptedLLM(['<tool_call>{"name": "show_banner", "arguments": {}}</tool_call>'], ["The page did not answer."])
-    responder, events, _ = make(llm, tools=tools)
+    responder, _events, _ = make(llm, tools=tools)
     await responder.run()
     assert "browser_timeout" in llm.requests[1].messages[-1]["content"]
 
@@ -178,7 +178,7 @@ async def test_barge_in_truncates_to_what_was_played():
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert not speech.busy and not speech.next_frame_pcm().any()  # silent from the next frame
-    truncated = [e for e in events if e.type == "conversation.item.truncated"][0]
+    truncated = next(e for e in events if e.type == "conversation.item.truncated")
     assert truncated.audio_end_ms == 600
     item = responder.items[0]
     assert item.truncated and item.id == truncated.item_id
