@@ -7,8 +7,45 @@ import { el } from "../dom.js";
 const SPEECH_THRESHOLD = 0.02;
 
 
-/** Tools this page can run itself; the server sends their calls as response.function_call_arguments.done. */
+/** Tools this page can run itself, announced to the server in session.update; the server sends their calls as
+ * response.function_call_arguments.done and waits for a function_call_output item. */
+export const BROWSER_TOOL_SPECS = [
+  {
+    type: "function",
+    name: "show_banner",
+    description: "Show a short message in a banner at the top of the user's page.",
+    parameters: {
+      type: "object",
+      properties: {
+        text: { type: "string", description: "The message to show." },
+        tone: { type: "string", enum: ["info", "success", "warning"], description: "Banner colour." },
+      },
+      required: ["text"],
+    },
+  },
+  {
+    type: "function",
+    name: "get_local_time",
+    description: "The current date, time and time zone of the user's device.",
+    parameters: { type: "object", properties: {} },
+  },
+  {
+    type: "function",
+    name: "get_browser_info",
+    description: "The user's browser language, screen size and whether it is online.",
+    parameters: { type: "object", properties: {} },
+  },
+];
+
 export const BROWSER_TOOLS = {
+  show_banner: ({ text, tone = "info" }) => {
+    const banner = document.getElementById("agent-banner");
+    if (!banner) throw new Error("this page has no banner");
+    banner.textContent = String(text).slice(0, 300);
+    banner.dataset.tone = tone;
+    banner.hidden = false;
+    return { shown: true, text: banner.textContent, tone };
+  },
   get_local_time: () => {
     const now = new Date();
     return {
@@ -103,6 +140,23 @@ export function mount({ client, meters, $ }) {
     setState("tool");
     addToolCard(ev);
   });
+  client.on("session.created", () => {
+    client.send({ type: "session.update", session: { tools: BROWSER_TOOL_SPECS } });
+  });
+  client.on("conversation.item.created", (ev) => {
+    const item = ev.item || {};
+    if (item.type !== "function_call_output" || !toolCards) return;
+    const card = toolCards.querySelector(`.tool-card[data-call-id="${CSS.escape(String(item.call_id))}"]`);
+    if (!card || card.querySelector(".tool-result")) return;
+    setCardStatus(card, item.ok === false ? "failed" : "done");
+    let output = item.output;
+    try {
+      output = JSON.stringify(JSON.parse(output), null, 2);
+    } catch {
+      output = String(output ?? "");
+    }
+    card.append(el("pre", "tool-result", output));
+  });
   client.on("response.done", (ev) => {
     const r = ev.response || {};
     const b = responses.get(r.id) || responses.get("_latest");
@@ -171,11 +225,11 @@ export function mount({ client, meters, $ }) {
       setCardStatus(card, "failed");
     }
     card.append(el("pre", "tool-result", JSON.stringify(output, null, 2)));
+    // The server is waiting for this output and continues the same response with it.
     client.send({
       type: "conversation.item.create",
       item: { type: "function_call_output", call_id: ev.call_id, output: JSON.stringify(output) },
     });
-    client.send({ type: "response.create" });
   }
 
   // ------------------------------------------------------------ text input / cancel
