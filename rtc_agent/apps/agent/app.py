@@ -64,7 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "max_tool_rounds": 3,
     "filler": "One moment.",
     "vad_threshold": 0.5,
-    "min_silence_ms": 500,
+    "min_silence_ms": 400,
     "min_speech_ms": 250,
     "barge_in": True,
     "barge_in_grace_ms": 300,

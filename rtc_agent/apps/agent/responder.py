@@ -188,7 +188,7 @@ class Responder:
             temperature=self.options.temperature,
         )
         parser = ReplyParser()
-        splitter = ClauseSplitter()
+        splitter = ClauseSplitter(first_min_soft_chars=12)  # the first audio as early as a comma allows
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=CLAUSE_QUEUE)
         speaker = asyncio.get_running_loop().create_task(self._speak_clauses(clauses, item))
         calls: list[ParsedToolCall | ToolCallParseError] = []
