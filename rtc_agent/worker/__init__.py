@@ -3,8 +3,8 @@
 See :class:`Worker` for the call contract and :class:`EngineSpec` for the per-engine knobs.
 """
 
-from rtc_agent.worker.engine import Engine, EngineSpec
+from rtc_agent.worker.engine import Engine, EngineSpec, run_each
 from rtc_agent.worker.loop_lag import LoopLagMonitor
 from rtc_agent.worker.worker import UnknownEngine, Worker
 
-__all__ = ["Engine", "EngineSpec", "LoopLagMonitor", "UnknownEngine", "Worker"]
+__all__ = ["Engine", "EngineSpec", "LoopLagMonitor", "UnknownEngine", "Worker", "run_each"]

@@ -82,3 +82,17 @@ class EngineSpec:
             raise ValueError(
                 f"EngineSpec {self.name!r}: capacity must be None or an int >= 1, got {self.capacity!r}"
             )
+
+
+def run_each(requests: list[Any], handle: Callable[[Any], Any], *, kind: type | None = None) -> list[Any]:
+    """``run_batch`` for engines that serve requests one at a time: ``handle(request)`` for each, in order, with
+    a failure (or a request that is not a ``kind``) becoming that request's ``Exception`` result."""
+    results: list[Any] = []
+    for request in requests:
+        try:
+            if kind is not None and not isinstance(request, kind):
+                raise TypeError(f"expected a {kind.__name__}, got {type(request).__name__}")
+            results.append(handle(request))
+        except Exception as exc:
+            results.append(exc)
+    return results

@@ -22,6 +22,7 @@ import numpy as np
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.errors import EngineError
+from rtc_agent.worker.engine import run_each
 
 
 def wav_bytes(audio: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
@@ -65,13 +66,7 @@ class OpenAIASREngine:
         progress(f"using the remote ASR server {self.base_url} (model {self.model})")
 
     def run_batch(self, requests: list[TranscribeRequest]) -> list[Transcript | Exception]:
-        out: list[Transcript | Exception] = []
-        for request in requests:
-            try:
-                out.append(self.transcribe(request))
-            except Exception as exc:
-                out.append(exc)
-        return out
+        return run_each(requests, self.transcribe, kind=TranscribeRequest)
 
     def transcribe(self, request: TranscribeRequest) -> Transcript:
         start = time.monotonic()

@@ -36,6 +36,7 @@ from rtc_agent.engines.tts.base import (
     effective_speed,
 )
 from rtc_agent.errors import EngineError
+from rtc_agent.worker.engine import run_each
 
 log = logging.getLogger(__name__)
 
@@ -214,15 +215,7 @@ class OpenAITTSEngine:
 
     def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
         """One ``Synthesis`` or ``EngineError`` per request, in order."""
-        results: list[Synthesis | Exception] = []
-        for request in requests:
-            try:
-                if not isinstance(request, SynthesisRequest):
-                    raise TypeError(f"expected a SynthesisRequest, got {type(request).__name__}")
-                results.append(self.synthesize(request))
-            except Exception as exc:
-                results.append(exc)
-        return results
+        return run_each(requests, self.synthesize, kind=SynthesisRequest)
 
     def close(self) -> None:
         """Close every keep-alive connection."""

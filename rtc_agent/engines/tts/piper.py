@@ -30,6 +30,7 @@ from rtc_agent.engines.tts.base import (
     to_mono_int16,
 )
 from rtc_agent.errors import EngineError
+from rtc_agent.worker.engine import run_each
 
 log = logging.getLogger(__name__)
 
@@ -188,15 +189,7 @@ class PiperEngine:
         """One ``Synthesis`` or ``Exception`` per request, in order (run one after the other)."""
         if self._piper is None:
             raise RuntimeError("PiperEngine.load() has not been called")
-        results: list[Synthesis | Exception] = []
-        for request in requests:
-            try:
-                if not isinstance(request, SynthesisRequest):
-                    raise TypeError(f"expected a SynthesisRequest, got {type(request).__name__}")
-                results.append(self._synthesize(request))
-            except Exception as exc:
-                results.append(exc)
-        return results
+        return run_each(requests, self._synthesize, kind=SynthesisRequest)
 
     def close(self) -> None:
         """Drop the ONNX session."""
