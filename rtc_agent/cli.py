@@ -20,6 +20,8 @@ BENCHMARKS = {
     "loop": ("rtc_agent.bench.loop_lag", "event-loop lag while engines are busy (worker scheduling)"),
     "captions": ("rtc_agent.bench.captions", "live captions through a real peer: WER, final latency, cadence, "
                                              "concurrent sessions"),
+    "agent": ("rtc_agent.bench.agent", "voice agent through a real peer: voice-to-voice latency, stage timings, "
+                                       "barge-in"),
     "vision": ("rtc_agent.bench.vision", "visual commentary: frame-to-text latency, sustained fps, precision and "
                                          "recall against known event times"),
     "interpret": ("rtc_agent.bench.interpret", "simultaneous interpretation: StreamLAAL latency, chrF/BLEU vs "

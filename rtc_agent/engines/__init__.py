@@ -11,9 +11,10 @@ from typing import Any
 
 def engine_specs(settings: Any) -> list[Any]:
     """The ``EngineSpec`` of every engine the apps use, as the settings configure them."""
-    from rtc_agent.engines import asr, tts, vad
+    from rtc_agent.engines import asr, llm, st, tts, vad, vlm
 
-    return [vad.engine_spec(settings), asr.engine_spec(settings), tts.engine_spec(settings)]
+    return [vad.engine_spec(settings), asr.engine_spec(settings), tts.engine_spec(settings),
+            llm.engine_spec(settings), *st.engine_specs(settings), vlm.engine_spec(settings)]
 
 
 def register_engines(worker: Any, settings: Any) -> None:

@@ -247,6 +247,21 @@ class TranslationReset(ServerEvent):
     reason: Literal["length", "budget", "window"]
 
 
+class TranslationSpeechCatchup(ServerEvent):
+    """The spoken translation fell behind and is catching up (or is back to normal).
+
+    ``lag_ms``: how far behind the source the next speech would be heard; ``speed``: the TTS speed now (1.0 =
+    normal); ``skipped_text``: text not spoken (``skip``); ``audio_end_ms``: the source position of that text.
+    """
+
+    type: Literal["translation.speech.catchup"] = "translation.speech.catchup"
+    action: Literal["speed", "skip", "normal"]
+    lag_ms: int
+    speed: float = 1.0
+    skipped_text: str = ""
+    audio_end_ms: int | None = None
+
+
 # --- voice agent (OpenAI Realtime names) -------------------------------------------------------------------------
 
 class InputTranscriptionCompleted(ServerEvent):

@@ -11,7 +11,7 @@ from aiohttp import web
 from rtc_agent.config import Settings
 from rtc_agent.engines import register_engines
 from rtc_agent.metrics import Metrics
-from rtc_agent.server import captions_export, health, pages, signaling
+from rtc_agent.server import captions_export, health, pages, signaling, translate_stream
 from rtc_agent.server.http_errors import error_middleware
 from rtc_agent.server.keys import LAG_MONITOR, METRICS, PRELOADS, REGISTRY, SETTINGS, STARTED_AT, WORKER
 from rtc_agent.server.registry import SessionRegistry
@@ -39,6 +39,7 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
     health.add_routes(app)
     signaling.add_routes(app)
     captions_export.add_routes(app)
+    translate_stream.add_routes(app)
     pages.add_routes(app, settings.templates_dir, settings.static_dir)
     app.on_startup.append(_start)
     app.on_shutdown.append(_shutdown)

@@ -9,25 +9,9 @@ what gets committed.
 
 from __future__ import annotations
 
-import re
-import unicodedata
+from rtc_agent.words import common_prefix
 
-_PUNCT = re.compile(r"[^\w']+", re.UNICODE)
-
-
-def normalize(word: str) -> str:
-    word = unicodedata.normalize("NFKC", word).lower()
-    return _PUNCT.sub("", word)
-
-
-def common_prefix(a: list[str], b: list[str]) -> int:
-    """How many leading words ``a`` and ``b`` share (normalized)."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if normalize(x) != normalize(y):
-            break
-        n += 1
-    return n
+__all__ = ["LocalAgreement", "common_prefix", "strip_committed"]
 
 
 def strip_committed(words: list[str], committed: list[str]) -> list[str]:

@@ -138,6 +138,14 @@ export function mount({ client, $ }) {
     renderStats();
   });
 
+  // Spoken translation catching up (rtc_agent.apps.interpret.speech): faster speech or skipped stale text.
+  client.on("translation.speech.catchup", (ev) => {
+    if (!lagEl) return;
+    lagEl.dataset.speechSpeed = String(ev.speed ?? 1);
+    const note = ev.action === "skip" ? "speech skipped stale text" : ev.action === "speed" ? `speech ×${Number(ev.speed || 1).toFixed(2)}` : "";
+    lagEl.title = note ? `Per-chunk latency and averages · ${note} (speech lag ${(Number(ev.lag_ms || 0) / 1000).toFixed(1)} s)` : "Per-chunk latency and averages";
+  });
+
   client.on("translation.reset", (ev) => {
     counts.reset += 1;
     addCell("reset", `context reset (${ev.reason || "?"})`, 200);

@@ -1,0 +1,136 @@
+"""The ``interpret`` app: simultaneous interpretation of the caller's speech (SimulInfer policy).
+
+Audio flows ``on_audio`` -> :class:`InterpretPipeline` (Silero VAD in the worker, chunk grid) ->
+:class:`SimulPolicy` (one model turn per voiced chunk through the configured speech translator) ->
+``translation.chunk`` / ``translation.flush`` / ``translation.reset`` events, and every emitted translation to
+:class:`TranslationSpeaker` (TTS on the outgoing track, with catch-up announced as
+``translation.speech.catchup``).
+
+``session.update`` with ``{"session": {"source_language", "target_language", "direction", "speak",
+"max_lag_s"}}`` (or the same under ``"config"``) changes languages and speech on the fly; ``chunk_ms`` and
+``source_text`` are fixed for the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rtc_agent.apps.base import App, AppContext
+from rtc_agent.apps.interpret.chunker import ChunkCutter
+from rtc_agent.apps.interpret.config import resolve_config
+from rtc_agent.apps.interpret.pipeline import InterpretPipeline
+from rtc_agent.apps.interpret.policy import PolicyConfig, SimulPolicy
+from rtc_agent.apps.interpret.speech import TranslationSpeaker
+from rtc_agent.engines import st
+from rtc_agent.errors import InvalidRequest
+from rtc_agent.protocol import ClientEvent, ServerEvent
+from rtc_agent.protocol.events import SessionUpdate, SessionUpdated
+
+__all__ = ["InterpretApp", "build_pipeline"]
+
+log = logging.getLogger(__name__)
+
+FINISH_TIMEOUT_S = 3.0
+
+
+def build_pipeline(settings: Any, worker: Any, config: dict[str, Any], emit: Callable[[ServerEvent], None], *,
+                   on_text: Callable[[str, int, int], None] | None = None, max_queued_chunks: int = 6,
+                   ) -> InterpretPipeline:
+    """A pipeline for validated ``config`` (see :func:`resolve_config`) with the server's engines."""
+    translator = st.create_translator(settings, worker, source_text=config.get("source_text", False))
+    window = float(getattr(settings, "st_window_s", 24.0) or 0.0)
+    policy_config = PolicyConfig(chunk_ms=config["chunk_ms"], max_model_len=translator.max_model_len,
+                                 window_s=window if window > 0 else None)
+    source = config["source_language"]
+    policy = SimulPolicy(policy_config, translator, emit, source_language=None if source == "auto" else source,
+                         target_language=config["target_language"], on_text=on_text)
+    cutter = ChunkCutter(chunk_ms=config["chunk_ms"], threshold=getattr(settings, "vad_threshold", 0.5),
+                         min_speech_ms=getattr(settings, "vad_min_speech_ms", 200),
+                         min_silence_ms=getattr(settings, "vad_min_silence_ms", 250))
+    return InterpretPipeline(policy, worker, cutter, max_queued_chunks=max_queued_chunks)
+
+
+class InterpretApp(App):
+    name = "interpret"
+    title = "Interpretation"
+    description = "Simultaneous interpretation: translated captions and translated speech while you talk."
+
+    def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
+        super().__init__(ctx, config)
+        self.pipeline = build_pipeline(ctx.settings, ctx.worker, config, ctx.emit, on_text=self._on_text)
+        self.policy = self.pipeline.policy
+        self.speaker: TranslationSpeaker | None = None
+        if ctx.speech is not None:
+            from rtc_agent.engines.tts import SpeechSynthesizer
+
+            max_lag_ms = int(config["max_lag_s"] * 1000)
+            self.speaker = TranslationSpeaker(ctx.speech, SpeechSynthesizer(ctx.worker, "tts"), ctx.emit,
+                                              ctx.now_ms, max_lag_ms=max_lag_ms)
+            self.speaker.enabled = config["speak"]
+
+    @classmethod
+    def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
+        return resolve_config(config, settings)
+
+    def engines(self) -> dict[str, str]:
+        s = self.ctx.settings
+        out = {"vad": "silero-vad", "st": st.describe(s)}
+        if self.speaker is not None:
+            out["tts"] = f"{s.tts_engine}:{s.tts_model or 'piper-joe'}"
+        return out
+
+    async def start(self) -> None:
+        self.ctx.spawn(self.pipeline.run_vad(), "interpret-vad")
+        self.ctx.spawn(self.pipeline.run_policy(), "interpret-policy")
+        if self.speaker is not None:
+            self.ctx.spawn(self.speaker.run(), "interpret-speech")
+
+    def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
+        self.pipeline.push_audio(pcm.astype(np.float32) / 32768.0, start_ms)
+
+    def _on_text(self, text: str, start_ms: int, end_ms: int) -> None:
+        if self.speaker is not None:
+            self.speaker.say(text, end_ms)
+
+    async def on_event(self, event: ClientEvent) -> None:
+        if isinstance(event, SessionUpdate):
+            update = event.session.get("config", event.session)
+            if not isinstance(update, dict):
+                raise InvalidRequest("session.update needs an object of settings", code="invalid_config")
+            update = {k: v for k, v in update.items() if k not in ("type", "app")}
+            fixed = {"chunk_ms", "source_text"} & set(update)
+            if any(update[k] != self.config[k] for k in fixed):
+                raise InvalidRequest(f"{sorted(fixed)} cannot change during a session", code="invalid_config")
+            self.config = resolve_config(update, self.ctx.settings, base=self.config)
+            source = self.config["source_language"]
+            self.policy.set_languages(None if source == "auto" else source, self.config["target_language"])
+            if self.speaker is not None:
+                self.speaker.max_lag_ms = int(self.config["max_lag_s"] * 1000)
+                self.speaker.skip_lag_ms = 2 * self.speaker.max_lag_ms
+                if self.speaker.enabled and not self.config["speak"]:
+                    self.speaker.clear()
+                self.speaker.enabled = self.config["speak"]
+            self.ctx.emit(SessionUpdated(session={"config": self.config}))
+            return
+        await super().on_event(event)
+
+    def stats(self) -> dict[str, Any]:
+        out = {**self.policy.stats(), **self.pipeline.stats(), "config": self.config}
+        if self.speaker is not None:
+            out["speech"] = self.speaker.stats()
+        return out
+
+    async def close(self) -> None:
+        """The session ends: translate what is left (bounded wait), so the last words reach the page."""
+        try:
+            await asyncio.wait_for(self.pipeline.finish(), FINISH_TIMEOUT_S)
+        except TimeoutError:
+            log.info("session %s: the last translation did not finish within %.0f s", self.ctx.session_id,
+                     FINISH_TIMEOUT_S)
+        except Exception:
+            log.exception("session %s: the final translation flush failed", self.ctx.session_id)

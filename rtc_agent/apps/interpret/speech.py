@@ -1,0 +1,181 @@
+"""Speaking the translation: TTS clause by clause onto the session's outgoing track, in order, with catch-up.
+
+:class:`TranslationSpeaker` takes each emitted translation with the source position it translates
+(``source_end_ms``) and speaks it through :class:`~rtc_agent.engines.tts.stream.SpeechSynthesizer` on the session's
+:class:`~rtc_agent.apps.base.SpeechSink` (utterances play in order and never overlap).
+
+The speech lag of a piece of text is how far behind the speaker it will be heard: ``now + speech already queued
+ahead of it - source_end_ms``. When it exceeds ``max_lag_ms`` the speaker catches up:
+
+- faster speech: the TTS speed rises with the lag (up to ``max_speed``), read again for every clause;
+- skipping stale text: a piece whose lag exceeds ``skip_lag_ms`` is not spoken at all (it stays on screen).
+
+Every change is announced with a :class:`TranslationSpeechCatchup` event (``action``: ``speed`` when speeding up
+or changing speed, ``skip`` for skipped text, ``normal`` when back to normal speed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rtc_agent.apps.base import SpeechSink, UtteranceHandle
+from rtc_agent.engines.tts.stream import SpeechSynthesizer
+from rtc_agent.engines.tts.text import speakable
+from rtc_agent.errors import AgentError
+from rtc_agent.protocol import ServerEvent, error_event
+from rtc_agent.protocol.events import TranslationSpeechCatchup
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TranslationSpeaker", "TranslationSpeechCatchup"]
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class _Piece:
+    text: str
+    source_end_ms: int
+
+
+class TranslationSpeaker:
+    """Speaks translations with catch-up; see the module docstring. Run :meth:`run` as a session task.
+
+    - ``max_lag_ms``: above this lag speech speeds up; ``skip_lag_ms`` (default twice that): text this late is
+      skipped. ``max_speed``: the fastest TTS speed. ``max_ahead_ms``: most synthesized speech queued ahead of the
+      playhead (synthesis waits beyond it). ``max_pieces``: texts waiting for synthesis (the oldest are skipped).
+    """
+
+    def __init__(self, sink: SpeechSink, synthesizer: SpeechSynthesizer, emit: Callable[[ServerEvent], None],
+                 now_ms: Callable[[], int], *, max_lag_ms: int = 3000, skip_lag_ms: int | None = None,
+                 max_speed: float = 1.6, max_ahead_ms: int = 15_000, max_pieces: int = 64) -> None:
+        if max_lag_ms < 0:
+            raise ValueError("max_lag_ms must be >= 0")
+        if not 1.0 <= max_speed <= 4.0:
+            raise ValueError("max_speed must be within 1..4")
+        self.sink = sink
+        self.synthesizer = synthesizer
+        self.emit = emit
+        self.now_ms = now_ms
+        self.max_lag_ms = max_lag_ms
+        self.skip_lag_ms = skip_lag_ms if skip_lag_ms is not None else 2 * max_lag_ms
+        self.max_speed = max_speed
+        self.max_ahead_ms = max_ahead_ms
+        self._pieces: deque[_Piece] = deque(maxlen=max_pieces)
+        self._wake = asyncio.Event()
+        self._playing: deque[tuple[UtteranceHandle, int]] = deque()  # (utterance, duration ms)
+        self._current_end_ms = 0  # source position of the piece being synthesized
+        self.speed = 1.0
+        self.enabled = True
+        # stats
+        self.spoken = 0
+        self.spoken_ms = 0
+        self.skipped = 0
+        self.skipped_chars = 0
+        self.errors = 0
+        self.last_lag_ms = 0
+
+    # --- input ----------------------------------------------------------------------------------------------
+
+    def say(self, text: str, source_end_ms: int) -> None:
+        """Queue a translation for speech (non-blocking). When ``max_pieces`` wait, the oldest is skipped."""
+        if not self.enabled or not text.strip():
+            return
+        if len(self._pieces) == self._pieces.maxlen:
+            old = self._pieces.popleft()
+            self._announce_skip(old, self.lag_ms(old.source_end_ms))
+        self._pieces.append(_Piece(text, source_end_ms))
+        self._wake.set()
+
+    def clear(self) -> None:
+        """Stop speaking now and forget waiting text (e.g. the user turned speech off)."""
+        self._pieces.clear()
+        self.sink.clear()
+        self._playing.clear()
+
+    # --- lag ------------------------------------------------------------------------------------------------
+
+    def queued_ms(self) -> int:
+        """Speech written to the track and not played yet."""
+        while self._playing and self._playing[0][0].done.done():
+            self._playing.popleft()
+        return sum(max(0, duration - handle.sent_ms) for handle, duration in self._playing)
+
+    def lag_ms(self, source_end_ms: int) -> int:
+        return self.now_ms() + self.queued_ms() - source_end_ms
+
+    def _speed_for(self, lag: int) -> float:
+        if lag <= self.max_lag_ms or self.max_lag_ms == 0:
+            return 1.0
+        over = (lag - self.max_lag_ms) / max(1, self.max_lag_ms)
+        return round(min(self.max_speed, 1.0 + 0.25 + 0.5 * over), 2)
+
+    def _current_speed(self) -> float:
+        lag = self.lag_ms(self._current_end_ms)
+        self.last_lag_ms = lag
+        speed = self._speed_for(lag)
+        if speed != self.speed:
+            self.speed = speed
+            action = "normal" if speed == 1.0 else "speed"
+            self.emit(TranslationSpeechCatchup(action=action, lag_ms=lag, speed=speed))
+        return speed
+
+    def _announce_skip(self, piece: _Piece, lag: int) -> None:
+        self.skipped += 1
+        self.skipped_chars += len(piece.text)
+        self.emit(TranslationSpeechCatchup(action="skip", lag_ms=lag, speed=self.speed, skipped_text=piece.text,
+                                           audio_end_ms=piece.source_end_ms))
+
+    # --- the task -------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Session task: synthesize and queue each piece, in order, forever."""
+        while True:
+            while not self._pieces:
+                self._wake.clear()
+                await self._wake.wait()
+            piece = self._pieces.popleft()
+            lag = self.lag_ms(piece.source_end_ms)
+            self.last_lag_ms = lag
+            if lag > self.skip_lag_ms:
+                self._announce_skip(piece, lag)
+                continue
+            text = speakable(piece.text)
+            if not any(ch.isalnum() for ch in text):
+                continue
+            self._current_end_ms = piece.source_end_ms
+            try:
+                await self._speak(text)
+            except AgentError as exc:
+                self.errors += 1
+                log.warning("speaking a translation failed: %s", exc)
+                if self.errors == 1:
+                    self.emit(error_event(exc))
+            await self._wait_for_room()
+
+    async def _speak(self, text: str) -> None:
+        stream = self.synthesizer.stream(text, speed=self._current_speed)
+        async with contextlib.aclosing(stream):
+            async for synthesis in stream:
+                handle = self.sink.play(synthesis.pcm, synthesis.sample_rate,
+                                        utterance_id=f"tr_{next(_ids)}")
+                duration = int(synthesis.duration_s * 1000)
+                self._playing.append((handle, duration))
+                self.spoken_ms += duration
+        self.spoken += 1
+
+    async def _wait_for_room(self) -> None:
+        while self.queued_ms() > self.max_ahead_ms and self._playing:
+            await asyncio.wait({asyncio.ensure_future(self._playing[0][0].done)}, timeout=1.0)
+
+    def stats(self) -> dict[str, Any]:
+        return {"spoken": self.spoken, "spoken_ms": self.spoken_ms, "skipped": self.skipped,
+                "skipped_chars": self.skipped_chars, "speed": self.speed, "lag_ms": self.last_lag_ms,
+                "queued_ms": self.queued_ms(), "errors": self.errors, "enabled": self.enabled}

@@ -1,0 +1,347 @@
+"""Embedded speech translation: Whisper's translate task (any language to English) behind the SimulInfer policy.
+
+Whisper never chooses to wait, so the decision comes from LocalAgreement (as in whisper_streaming): every turn the
+dialogue's audio is decoded again and the words that the new hypothesis shares with a recent one (by default
+either of the two before it) beyond those already emitted are emitted (EMIT); when nothing new is agreed the turn
+is a WAIT. A final flush emits the whole latest hypothesis; a partial one (after 4 WAITs) emits it through the last
+sentence Whisper finished and timestamped, so a flush does not chop a sentence where the chunk grid falls.
+
+The model calls go to the worker's ``asr`` engine (the same Whisper that serves captions: no second model is
+loaded). :class:`WhisperStream` is the reusable part (one task, one agreement state over the dialogue's audio);
+:class:`WhisperTranslator` runs a translate stream and, optionally, a transcribe stream for the source text (both
+requests go to the worker together, so they share one batch, at about 1.7 times the cost).
+
+Each hypothesis decodes the whole buffer from scratch (``force_prefix=False``, whisper_streaming's way): Whisper
+base translates much better with the earlier sentences in its window than with the emitted text forced as a
+decoder prefix (measured on espeak-ng Spanish and German: about 0.8 against 0.7 of offline chrF). The buffer is the
+dialogue's audio after the *trim point*; once it is longer than ``trim_after_s`` the trim point moves to the end of
+the last emitted sentence that Whisper timestamped (untimed ends are never trusted: Whisper often leaves out the
+last words of cut-off audio). ``force_prefix=True`` forces the emitted words instead and trims at every timestamped
+sentence end: shorter decodes and lower latency, lower quality. The policy's context cuts (window, budget) bound
+the dialogue itself; a cut resets the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
+from rtc_agent.engines.st.base import SAMPLE_RATE, TranslateRequest, Translation, Turn, estimate_tokens
+from rtc_agent.words import common_prefix, normalize
+
+__all__ = ["WHISPER_CONTEXT", "WhisperStream", "WhisperTranslator", "agreed_prefix"]
+
+WHISPER_CONTEXT = 448  # Whisper's decoder context in tokens: the policy's max_model_len for this engine
+_SENTENCE_END = re.compile("[.!?\u2026\u3002\uff01\uff1f][\"')\\]\u00bb\u201d\u2019]*$")
+
+
+agreed_prefix = common_prefix  # LocalAgreement: how many leading words two consecutive hypotheses share
+
+
+def ends_sentence(text: str) -> bool:
+    return bool(_SENTENCE_END.search(text.strip()))
+
+
+@dataclass
+class _Layout:
+    """Where each turn's audio sits in a stream's decode buffer (to map Whisper's times back to the clock)."""
+
+    pieces: list[tuple[int, int, int]] = field(default_factory=list)  # (start_ms on the clock, offset, samples)
+
+    def clock_ms(self, seconds: float) -> int:
+        """The source-clock ms of a time (seconds into the buffer)."""
+        at = round(seconds * SAMPLE_RATE)
+        for start_ms, offset, samples in self.pieces:
+            if at <= offset + samples:
+                return start_ms + max(0, at - offset) * 1000 // SAMPLE_RATE
+        if not self.pieces:
+            return 0
+        start_ms, _, samples = self.pieces[-1]
+        return start_ms + samples * 1000 // SAMPLE_RATE
+
+
+class WhisperStream:
+    """LocalAgreement over Whisper hypotheses of a dialogue's audio, for one task (``translate``/``transcribe``).
+
+    Use: ``request = stream.build(turns)`` -> decode it (the caller batches) -> ``stream.apply(transcript, end_ms,
+    flush)`` returns the newly committed words. ``reset()`` forgets the dialogue (keeps the detected language).
+
+    - ``agreement``: how many earlier hypotheses the newest is compared with (1 = classic LocalAgreement-2; 2 =
+      agreement with either of the two before it).
+    - ``min_commit_ms``: a hypothesis of less audio commits nothing (Whisper invents text for short snippets).
+      Results that look like silence (Whisper's no-speech rule) or loops commit nothing either.
+    - ``force_prefix``/``trim_after_s``: see the module docstring. ``max_audio_s``: the buffer's hard limit
+      (Whisper's window is 30 s; the oldest audio is dropped beyond it).
+    """
+
+    def __init__(self, task: str, *, language: str | None = None, agreement: int = 2, min_commit_ms: int = 1000,
+                 force_prefix: bool = False, trim_after_s: float = 15.0, max_audio_s: float = 28.0) -> None:
+        if task not in ("translate", "transcribe"):
+            raise ValueError(f"task must be translate or transcribe, got {task!r}")
+        if agreement < 1:
+            raise ValueError(f"agreement must be >= 1, got {agreement}")
+        if not 0 < trim_after_s < max_audio_s <= 30:
+            raise ValueError("need 0 < trim_after_s < max_audio_s <= 30")
+        self.task = task
+        self.fixed_language = language
+        self.detected_language: str | None = None
+        self.min_commit_ms = min_commit_ms
+        self.force_prefix = force_prefix
+        self.trim_after_s = trim_after_s
+        self.max_audio_s = max_audio_s
+        self.committed: list[str] = []  # emitted words of the audio after the trim point
+        self._hyps: deque[list[str]] = deque(maxlen=agreement)  # recent whole hypotheses of the buffer
+        self.trim_ms: int | None = None  # audio before this point of the clock is not decoded again
+        self._layout = _Layout()
+        self._buffer_s = 0.0
+        self.decodes = 0
+
+    @property
+    def language(self) -> str | None:
+        return self.fixed_language or self.detected_language
+
+    def set_language(self, language: str | None) -> None:
+        if language != self.fixed_language:
+            self.fixed_language = language
+            self.detected_language = None
+
+    @property
+    def pending(self) -> bool:
+        """True when the latest hypothesis holds words not emitted yet."""
+        return bool(self.previous)
+
+    @property
+    def previous(self) -> list[str]:
+        """The tentative words: the latest hypothesis after the committed ones."""
+        if not self._hyps:
+            return []
+        latest = self._hyps[-1]
+        n = len(self.committed)
+        return latest[n:] if agreed_prefix(latest, self.committed) >= n else []
+
+    def reset(self) -> None:
+        self.committed = []
+        self._hyps.clear()
+        self.trim_ms = None
+
+    def build(self, turns: list[Turn]) -> TranscribeRequest | None:
+        """The decode request for the dialogue's audio after the trim point (``None`` when there is none)."""
+        parts: list[np.ndarray] = []
+        layout = _Layout()
+        offset = 0
+        for turn in turns:
+            audio = turn.audio
+            start_ms = turn.start_ms
+            if self.trim_ms is not None:
+                if turn.end_ms <= self.trim_ms:
+                    continue
+                if start_ms < self.trim_ms:
+                    audio = audio[(self.trim_ms - start_ms) * SAMPLE_RATE // 1000:]
+                    start_ms = self.trim_ms
+            if len(audio) == 0:
+                continue
+            parts.append(audio)
+            layout.pieces.append((start_ms, offset, len(audio)))
+            offset += len(audio)
+        if not parts:
+            return None
+        audio = np.concatenate(parts).astype(np.float32, copy=False)
+        limit = int(self.max_audio_s * SAMPLE_RATE)
+        if len(audio) > limit:  # safety net: trimming and the policy's window cut normally come first
+            drop = len(audio) - limit
+            audio = audio[drop:]
+            layout.pieces = [(s + max(0, drop - o) * 1000 // SAMPLE_RATE, max(0, o - drop), n - max(0, drop - o))
+                             for s, o, n in layout.pieces if o + n > drop]
+        self._layout = layout
+        self._buffer_s = len(audio) / SAMPLE_RATE
+        return TranscribeRequest(audio=audio, language=self.language, task=self.task,
+                                 prefix=" ".join(self.committed) if self.force_prefix else "")
+
+    def _usable(self, t: Transcript) -> bool:
+        if t.looks_repetitive:
+            return False
+        return not (t.looks_like_silence and not self.committed)
+
+    def apply(self, t: Transcript, end_ms: int, *, flush: str | None = None) -> list[str]:
+        """Take one hypothesis of the buffer built last; returns the words it commits (in order).
+
+        ``flush``: ``None`` (agreement decides), ``"partial"`` (commit through the last sentence Whisper finished
+        and timestamped, or everything when there is none) or ``"final"`` (commit everything).
+        """
+        if flush not in (None, "partial", "final"):
+            raise ValueError(f"flush must be None, 'partial' or 'final', got {flush!r}")
+        self.decodes += 1
+        if self.fixed_language is None and t.language and (t.language_prob or 0) >= 0.5 and t.audio_s >= 1.0:
+            self.detected_language = self.detected_language or t.language
+        words = t.text.split() if self._usable(t) else []
+        base = len(self.committed)
+        prefixed = self.force_prefix and t.prefix_applied  # the text continues the committed words
+        if prefixed:
+            full = self.committed + words
+            first = base  # where the transcript's segments start, in words of ``full``
+        else:
+            full = self.committed + self._after_committed(words)
+            first = len(full) - len(words)
+        sentence_end = None
+        if flush == "final":
+            newly = full[base:]
+        elif flush == "partial":
+            sentence_end = self._sentence_end(t, first, len(full))
+            newly = full[base:max(base, sentence_end[0] if sentence_end else len(full))]
+        elif self._buffer_s * 1000 < self.min_commit_ms:
+            newly = []
+        else:
+            best, source = 0, full
+            for old in self._hyps:
+                n = agreed_prefix(old, full)
+                if n > best:
+                    best, source = n, old
+            # the surface form of the newer hypothesis, except for its last word (Whisper likes to end a
+            # hypothesis of cut-off audio with a period that is not there once more audio arrives)
+            newly = [source[i] if i == len(full) - 1 else full[i] for i in range(base, max(base, best))]
+        self._hyps.append(full)
+        self.committed.extend(newly)
+        if flush == "final":
+            self._trim_at(end_ms, len(self.committed))
+        elif sentence_end is not None and sentence_end[1] >= 0.3:
+            self._trim_at(self._layout.clock_ms(sentence_end[1]), sentence_end[0])  # the flushed sentence is done
+        elif prefixed or self._buffer_s > self.trim_after_s:
+            self._maybe_trim(t, max(0, first), base if prefixed else 0)
+        return newly
+
+    def _after_committed(self, words: list[str]) -> list[str]:
+        """The part of a whole-buffer hypothesis after the committed words.
+
+        Usually the hypothesis starts with them; when Whisper put that part differently, the hypothesis is cut
+        after the last place where the committed text's last three (else two) words appear, or else after as many
+        words as were committed, so emitted text is neither repeated nor (as far as the text tells) skipped."""
+        base = len(self.committed)
+        if agreed_prefix(self.committed, words) == base:
+            return words[base:]
+        normalized = [normalize(w) for w in words]
+        for size in (3, 2):
+            if base < size:
+                continue
+            tail = [normalize(w) for w in self.committed[-size:]]
+            for p in range(len(words) - size, -1, -1):
+                if normalized[p:p + size] == tail:
+                    return words[p + size:]
+        return words[base:]
+
+    def _sentence_end(self, t: Transcript, first: int, total: int) -> tuple[int, float] | None:
+        """``(words, seconds)``: where the last sentence Whisper finished and timestamped ends in the hypothesis
+        (its segments start at word ``first``; ``total`` words in all), or ``None``."""
+        count = first
+        best = None
+        for segment in t.segments:
+            count += len(segment.text.split())
+            if count > total:
+                break
+            if ends_sentence(segment.text) and segment.end < self._buffer_s - 0.1:
+                best = (count, segment.end)
+        return best
+
+    def _maybe_trim(self, t: Transcript, first: int, prefix_words: int) -> None:
+        """Move the trim point to the end of the last committed sentence that Whisper timestamped."""
+        if not t.segments or not self.committed:
+            return
+        best: tuple[int, float] | None = None
+        if prefix_words and ends_sentence(self.committed[prefix_words - 1]) and t.segments[0].start > 0:
+            best = (prefix_words, t.segments[0].start)  # Whisper closed the prefix's sentence with a timestamp
+        count = first
+        for segment in t.segments:
+            count += len(segment.text.split())
+            if count > len(self.committed):
+                break
+            if ends_sentence(segment.text) and segment.end < self._buffer_s - 0.1:
+                best = (count, segment.end)
+        if best is not None and best[1] >= 0.3:
+            words, at_s = best
+            self._trim_at(self._layout.clock_ms(at_s), words)
+
+    def _trim_at(self, clock_ms: int, words: int) -> None:
+        done, self.committed = self.committed[:words], self.committed[words:]
+        # earlier hypotheses stay comparable only if they said the words that were trimmed away
+        self._hyps = deque((h[words:] for h in self._hyps if agreed_prefix(h, done) >= words),
+                           maxlen=self._hyps.maxlen)
+        self.trim_ms = clock_ms if self.trim_ms is None else max(self.trim_ms, clock_ms)
+
+
+class WhisperTranslator:
+    """The embedded :class:`~rtc_agent.engines.st.base.SpeechTranslator`: X -> English with Whisper.
+
+    ``worker`` is the session's worker and ``engine`` the Whisper engine's name (``asr``). With ``source_text`` a
+    transcribe stream runs next to the translate stream (same audio, one worker batch) and each answer carries the
+    newly recognized source words. The other options are :class:`WhisperStream`'s. Only English targets are
+    possible (Whisper's translate task); the caller checks the language pair. Token counts are estimates (Whisper
+    reports none): the prompt is the forced prefix (with ``force_prefix``) plus the task tokens, the completion the
+    new hypothesis; the policy's budget rule uses Whisper's decoder context (448 tokens).
+    """
+
+    name = "whisper-translate"
+    max_model_len: int | None = WHISPER_CONTEXT
+
+    def __init__(self, worker: Any, engine: str = "asr", *, source_text: bool = False, timeout_s: float = 30.0,
+                 agreement: int = 2, min_commit_ms: int = 1000, force_prefix: bool = False,
+                 trim_after_s: float = 15.0) -> None:
+        self.worker = worker
+        self.engine = engine
+        self.timeout_s = timeout_s
+        options: dict[str, Any] = {"agreement": agreement, "min_commit_ms": min_commit_ms,
+                                   "force_prefix": force_prefix, "trim_after_s": trim_after_s}
+        self.target = WhisperStream("translate", **options)
+        self.source = WhisperStream("transcribe", **options) if source_text else None
+        self._language: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.target.pending
+
+    @property
+    def language(self) -> str | None:
+        """The source language in use (configured, or detected by the translate stream)."""
+        return self.target.language
+
+    def reset(self) -> None:
+        self.target.reset()
+        if self.source is not None:
+            self.source.reset()
+
+    def _sync_language(self, language: str | None) -> None:
+        if language != self._language:
+            self._language = language
+            for stream in (self.target, self.source):
+                if stream is not None:
+                    stream.set_language(language)
+        if self.source is not None and self.source.language is None and self.target.detected_language:
+            self.source.detected_language = self.target.detected_language
+
+    async def translate(self, request: TranslateRequest) -> Translation:
+        self._sync_language(request.source_language)
+        turns = list(request.history)
+        if len(request.audio):
+            turns.append(Turn(request.audio, request.start_ms, request.end_ms))
+        streams = [s for s in (self.target, self.source) if s is not None]
+        calls = [(s, r) for s in streams if (r := s.build(turns)) is not None]
+        if not calls:
+            return Translation("", source_text="" if self.source is not None else None)
+        results = await asyncio.gather(*(self.worker.call(self.engine, r, timeout=self.timeout_s) for _, r in calls))
+        texts: dict[str, str] = {}
+        prompt_tokens = completion_tokens = 0
+        for (stream, req), transcript in zip(calls, results, strict=True):
+            words = stream.apply(transcript, request.end_ms, flush=request.flush_mode)
+            texts[stream.task] = " ".join(words)
+            if stream is self.target:
+                prompt_tokens = estimate_tokens(req.prefix) + 4
+                completion_tokens = estimate_tokens(transcript.text)
+        return Translation(
+            text=texts.get("translate", ""),
+            source_text=texts.get("transcribe", "") if self.source is not None else None,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, stop_reason="stop",
+        )

@@ -1,0 +1,142 @@
+"""Interpretation through the real path: Spanish speech from espeak-ng, the real server with Silero VAD, Whisper base
+(translate task) and the Piper voice; over ``POST /v1/translate/stream`` and over a real aiortc peer."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import aiohttp
+import numpy as np
+import pytest
+
+from rtc_agent.bench.common import normalize_text
+from rtc_agent.engines.tts.base import encode_wav
+from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.sources import PcmSourceTrack
+from tests.conftest import rms
+from tests.espeak import espeak_clip, have_espeak
+from tests.speech import resample
+
+pytestmark = pytest.mark.skipif(not have_espeak(), reason="needs espeak-ng")
+
+SPANISH = [
+    "El gobierno anunció ayer un nuevo plan para mejorar las escuelas públicas del país.",
+    "Mi hermana trabaja en un hospital grande cerca del río.",
+]
+CONTENT_WORDS = {"government", "plan", "improve", "hospital"}
+
+
+def clip() -> np.ndarray:
+    return espeak_clip(SPANISH, "es")
+
+
+def form(data: bytes, **fields: str) -> aiohttp.FormData:
+    out = aiohttp.FormData()
+    out.add_field("file", data, filename="speech.wav", content_type="audio/wav")
+    for key, value in fields.items():
+        out.add_field(key, value)
+    return out
+
+
+async def test_translate_stream_emits_english_with_the_content_words(server):
+    events = []
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{server.url}/v1/translate/stream", data=form(encode_wav(clip(), 16000), direction="es-en")) as resp:
+        assert resp.status == 200 and resp.content_type == "application/x-ndjson"
+        async for line in resp.content:
+            if line.strip():
+                events.append(json.loads(line))
+    chunks = [e for e in events if e["type"] == "translation.chunk"]
+    assert chunks and [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert chunks[0]["audio_end_ms"] - chunks[0]["audio_start_ms"] == 1600
+    assert {c["audio_end_ms"] - c["audio_start_ms"] for c in chunks[1:-1]} == {800}
+    assert chunks[0]["action"] == "SKIP" or chunks[0]["st_attempted"]
+    emits = [c for c in chunks if c["action"] == "EMIT"]
+    assert emits, [c["action"] for c in chunks]
+    assert all(e["st_attempted"] and e["latency_ms"] is not None and "event_id" in e for e in emits)
+    text = " ".join(e["text"] for e in emits)
+    flushed = " ".join(e["text"] for e in events if e["type"] == "translation.flush")
+    words = set(normalize_text(f"{text} {flushed}").split())
+    assert len(CONTENT_WORDS & set(normalize_text(text).split())) >= 2, text  # most of it by EMIT, not flush
+    assert len(CONTENT_WORDS & words) >= 3, (text, flushed)
+    metrics = events[-1]
+    assert metrics["type"] == "metrics" and metrics["translation"]["chunks"] == len(chunks)
+    assert metrics["translation"]["model_calls"] >= len(emits)
+
+
+async def test_translate_stream_refuses_bad_requests_clearly(start_server):
+    server = await start_server(st_max_upload_bytes=4096)
+    url = f"{server.url}/v1/translate/stream"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json={"direction": "es-en"}) as resp:
+            assert resp.status == 415 and (await resp.json())["error"]["code"] == "unsupported_media_type"
+        async with http.post(url, data=form(b"x" * 10_000, direction="es-en")) as resp:
+            assert resp.status == 413
+        async with http.post(url, data=form(b"not audio at all", direction="es-en")) as resp:
+            assert resp.status == 415 and (await resp.json())["error"]["code"] == "unsupported_audio"
+        no_file = aiohttp.FormData(default_to_multipart=True)
+        no_file.add_field("direction", "es-en")
+        async with http.post(url, data=no_file) as resp:
+            assert resp.status == 400 and (await resp.json())["error"]["code"] == "missing_file"
+        tiny = encode_wav(np.zeros(800, dtype=np.int16), 16000)
+        async with http.post(url, data=form(tiny, direction="es-fr")) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and body["error"]["code"] == "unsupported_language"
+        async with http.post(url, data=form(tiny, direction="spanish")) as resp:
+            assert resp.status == 400 and (await resp.json())["error"]["code"] == "invalid_config"
+        async with http.post(url, data=form(tiny, source_language="es")) as resp:
+            assert resp.status == 400 and (await resp.json())["error"]["code"] == "empty_audio"
+
+
+async def test_peer_gets_translation_events_and_translated_speech(server):
+    from rtc_agent.server.keys import WORKER
+
+    for engine in ("vad", "asr", "tts"):  # as the server's preload does: no first-use load during the speech
+        await server.app[WORKER].load(engine)
+    pcm48 = resample(clip(), 16000, 48000)
+    peer = ClientPeer(server.url, "interpret", config={"source_language": "es", "target_language": "en"},
+                      audio=PcmSourceTrack(pcm48, 48000, tail="silence"))
+    await peer.connect()
+    try:
+        created = await peer.wait_for("session.created")
+        assert created["session"]["app"] == "interpret" and created["session"]["engines"]["st"].startswith("embedded")
+        emit = await peer.wait_for("translation.chunk", lambda e: e["action"] == "EMIT", timeout=30)
+        assert emit["text"] and emit["st_attempted"]
+        await asyncio.sleep(max(0.0, len(pcm48) / 48000 + 3.0 - (emit["session_ms"] / 1000)))
+        await peer.wait_for("output_audio_buffer.started", timeout=10)
+        await asyncio.sleep(1.5)
+        spoken = peer.received_audio()
+        info = await peer.session_info()
+        peer.send({"type": "session.update", "session": {"target_language": "fr"}})
+        refused = await peer.wait_for("error", timeout=5)
+        assert refused["error"]["code"] == "unsupported_language"
+    finally:
+        await peer.close()
+    chunks = [e for e in peer.events if e["type"] == "translation.chunk"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert any(c["action"] == "SKIP" for c in chunks)  # the pauses cost no model call
+    text = " ".join(c["text"] for c in chunks if c["action"] == "EMIT")
+    assert CONTENT_WORDS & set(normalize_text(text).split()), text
+    assert rms(spoken) > 0.01  # the translation was spoken on the outgoing track
+    stats = info["app_stats"]
+    assert stats["speech"]["spoken"] >= 1 and stats["model_calls"] >= 1 and stats["dropped_chunks"] == 0, [
+        (c["index"], c["action"], c["stop_reason"], c["latency_ms"], c["session_ms"]) for c in chunks]
+
+
+async def test_bad_interpret_config_is_refused_at_offer(server):
+    async with aiohttp.ClientSession() as http:
+        for config in ({"direction": "es-xx-en"}, {"chunk_ms": 1000}, {"target_language": "de"}):
+            async with http.post(f"{server.url}/v1/sessions",
+                                 json={"app": "interpret", "sdp": "v=0", "config": config}) as resp:
+                assert resp.status == 400, config
+                assert (await resp.json())["error"]["code"] in ("invalid_config", "unsupported_language")
+
+
+def test_settings_fields_exist():
+    from rtc_agent.config import Settings
+
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    assert {"st_api_key", "st_mode", "st_chunk_ms", "st_window_s", "st_max_model_len", "st_max_lag_s",
+            "st_max_upload_bytes"} <= fields

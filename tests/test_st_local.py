@@ -1,0 +1,202 @@
+"""The embedded speech translator (Whisper translate + LocalAgreement) and the cascade (ASR + LLM), with scripted
+engines in a real worker: what each turn sends to the model and what it emits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.llm.base import ChatRequest, ChatResult, Usage
+from rtc_agent.engines.st import CascadeTranslator, TranslateRequest, Turn, WhisperTranslator
+from rtc_agent.worker import EngineSpec, Worker
+
+SR = 16000
+
+
+class ScriptedWhisper:
+    """Answers each TranscribeRequest with ``answer(request) -> text or Transcript`` and records the requests."""
+
+    def __init__(self, answer: Callable[[TranscribeRequest], Any]) -> None:
+        self.answer = answer
+        self.requests: list[TranscribeRequest] = []
+
+    def load(self, progress: Any) -> None:
+        pass
+
+    def run_batch(self, requests: list[TranscribeRequest]) -> list[Transcript]:
+        out = []
+        for request in requests:
+            self.requests.append(request)
+            result = self.answer(request)
+            if isinstance(result, str):
+                result = Transcript(text=result, segments=[Segment(0.0, request.duration_s, " " + result)],
+                                    language=request.language, prefix_applied=True, audio_s=request.duration_s)
+            out.append(result)
+        return out
+
+
+class ScriptedChat:
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+        self.requests: list[ChatRequest] = []
+
+    def load(self, progress: Any) -> None:
+        pass
+
+    def run_batch(self, requests: list[Any]) -> list[ChatResult]:
+        self.requests.extend(requests)
+        return [ChatResult(text=self.replies.pop(0), usage=Usage(120, 6)) for _ in requests]
+
+
+@pytest.fixture
+async def worker():
+    w = Worker()
+    yield w
+    await w.close()
+
+
+def add(worker: Worker, name: str, engine: Any) -> Any:
+    worker.add(EngineSpec(name=name, factory=lambda: engine, max_queue=16, max_batch=4))
+    return engine
+
+
+class Dialogue:
+    """Feeds a translator the way the policy does: the history plus one new 800 ms chunk per turn."""
+
+    def __init__(self, translator: Any) -> None:
+        self.translator = translator
+        self.history: list[Turn] = []
+        self.clock = 0
+
+    async def turn(self, ms: int = 800, *, flush: bool = False, final: bool = False) -> Any:
+        audio = np.full(ms * SR // 1000, 0.05, dtype=np.float32)
+        request = TranslateRequest(history=tuple(self.history), audio=audio, start_ms=self.clock,
+                                   end_ms=self.clock + ms, source_language="es", flush=flush, final=final)
+        result = await self.translator.translate(request)
+        self.history.append(Turn(audio, self.clock, self.clock + ms, text=result.text))
+        self.clock += ms
+        return result
+
+
+def by_length(script: dict[float, str]) -> Callable[[TranscribeRequest], str]:
+    """The hypothesis for a buffer of the given seconds."""
+    return lambda r: script[round(r.duration_s, 1)]
+
+
+async def test_local_agreement_decides_emit_and_wait(worker):
+    whisper = add(worker, "asr", ScriptedWhisper(by_length({
+        1.6: "The government", 2.4: "The government announced a", 3.2: "The government announced a new plan",
+        4.0: "The government announced a new plan to improve",
+    })))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    texts = [(await dialogue.turn(1600 if i == 0 else 800)).text for i in range(4)]
+    assert texts == ["", "The government", "announced a", "new plan"]
+    request = whisper.requests[-1]
+    assert request.task == "translate" and request.language == "es" and request.prefix == ""
+    assert request.duration_s == pytest.approx(4.0)  # the whole dialogue's audio is decoded again
+    assert dialogue.translator.pending  # "to improve" is heard but not agreed yet
+
+
+async def test_agreement_with_either_of_the_two_previous_hypotheses(worker):
+    add(worker, "asr", ScriptedWhisper(by_length({1.6: "We are going", 2.4: "Where are you", 3.2: "We are going to"})))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    texts = [(await dialogue.turn(1600 if i == 0 else 800)).text for i in range(3)]
+    assert texts == ["", "", "We are going"]  # the third agrees with the first
+
+
+async def test_final_flush_emits_everything_and_partial_flush_stops_at_a_finished_sentence(worker):
+    def answer(r: TranscribeRequest) -> Transcript:
+        if r.duration_s > 1.5:
+            return Transcript(text="One two. Three four", segments=[Segment(0.0, 1.0, " One two."),
+                                                                       Segment(1.0, r.duration_s, " Three four")],
+                              prefix_applied=True, audio_s=r.duration_s)
+        return Transcript(text="Three four five", segments=[Segment(0.0, r.duration_s, " Three four five")],
+                          prefix_applied=True, audio_s=r.duration_s)
+
+    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    assert (await dialogue.turn(1600, flush=True)).text == "One two."  # partial: the unfinished part waits
+    assert dialogue.translator.pending and dialogue.translator.target.trim_ms == 1000  # the sentence is done
+    assert (await dialogue.turn(800, flush=True, final=True)).text == "Three four five"
+    assert whisper.requests[-1].duration_s == pytest.approx(1.4)
+    assert not dialogue.translator.pending
+
+
+async def test_a_rephrased_hypothesis_continues_after_the_emitted_words(worker):
+    add(worker, "asr", ScriptedWhisper(by_length({
+        1.6: "We will see the", 2.4: "We will see the old town", 3.2: "We are going to see the old town and the sea",
+    })))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    texts = [(await dialogue.turn(1600 if i == 0 else 800)).text for i in range(2)]
+    assert texts == ["", "We will see the"]
+    final = await dialogue.turn(800, flush=True, final=True)
+    assert final.text == "old town and the sea"  # found after "see the", not by position
+
+
+async def test_buffer_is_trimmed_at_an_emitted_timestamped_sentence_end(worker):
+    def answer(r: TranscribeRequest) -> Transcript:
+        if r.duration_s > 3.0:
+            return Transcript(text="First sentence. Second", prefix_applied=True, audio_s=r.duration_s,
+                              segments=[Segment(0.0, 1.5, " First sentence."), Segment(1.5, r.duration_s, " Second")])
+        return Transcript(text="Second", segments=[Segment(0.0, r.duration_s, " Second")], prefix_applied=True,
+                          audio_s=r.duration_s)
+
+    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    dialogue = Dialogue(WhisperTranslator(worker, trim_after_s=3.0))
+    assert (await dialogue.turn(3200)).text == ""
+    assert (await dialogue.turn(800)).text == "First sentence. Second"  # agreed with the previous hypothesis
+    await dialogue.turn(800)
+    assert whisper.requests[-1].duration_s == pytest.approx(4.8 - 1.5)  # decoding starts after "First sentence."
+    assert dialogue.translator.target.trim_ms == 1500
+
+
+async def test_silence_like_results_commit_nothing(worker):
+    def answer(r: TranscribeRequest) -> Transcript:
+        return Transcript(text="Thank you.", no_speech_prob=0.9, avg_logprob=-1.5, prefix_applied=True,
+                          audio_s=r.duration_s)
+
+    add(worker, "asr", ScriptedWhisper(answer))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    assert [(await dialogue.turn()).text for _ in range(4)] == ["", "", "", ""]
+
+
+async def test_forced_prefix_mode_and_source_text(worker):
+    def answer(r: TranscribeRequest) -> str:
+        if r.task == "transcribe":
+            return "hola amigos" if not r.prefix else "amigos"
+        return "hello friends" if not r.prefix else "friends"
+
+    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    dialogue = Dialogue(WhisperTranslator(worker, source_text=True, force_prefix=True))
+    first = await dialogue.turn(1600)
+    second = await dialogue.turn()
+    assert (first.text, second.text) == ("", "hello friends")
+    assert second.source_text == "hola amigos"
+    tasks = sorted(r.task for r in whisper.requests[-2:])
+    assert tasks == ["transcribe", "translate"]  # both decodes of a turn go to the worker together
+    third = await dialogue.turn()
+    assert whisper.requests[-1].prefix in ("hello friends", "hola amigos")
+    assert third.text == ""
+
+
+async def test_cascade_translates_recognized_clauses_with_the_llm(worker):
+    add(worker, "asr", ScriptedWhisper(by_length({
+        1.6: "El gobierno", 2.4: "El gobierno anunció", 3.2: "El gobierno anunció un plan.",
+        4.0: "El gobierno anunció un plan. Mañana",
+    })))
+    chat = add(worker, "llm", ScriptedChat(["The government announced a plan."]))
+    translator = CascadeTranslator(worker, llm_engine="llm")
+    dialogue = Dialogue(translator)
+    results = [await dialogue.turn(1600 if i == 0 else 800) for i in range(4)]
+    assert [r.text for r in results] == ["", "", "", "The government announced a plan."]
+    assert [r.source_text for r in results] == ["", "El gobierno", "anunció", "un plan."]
+    assert len(chat.requests) == 1  # WAIT turns make no LLM call
+    messages = chat.requests[0].messages
+    assert messages[0]["role"] == "system" and "Spanish" in messages[0]["content"]
+    assert messages[-1] == {"role": "user", "content": "El gobierno anunció un plan."}
+    assert (results[-1].prompt_tokens, results[-1].completion_tokens) == (120, 6)
+    assert translator.pairs == [("El gobierno anunció un plan.", "The government announced a plan.")]
