@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class StreamingTranscriber:
         self._decoding: asyncio.Task | None = None
         self._want_decode = False
         self._last_decode_at_ms = 0
+        self._last_decode_wall_ms = 0.0
         self._covered_until_ms: int | None = None
         self._partials_sent = 0
         self._error_reported = False
@@ -181,9 +183,15 @@ class StreamingTranscriber:
             else:
                 self._start_decode(now_ms)
             return
-        due = now_ms - self._last_decode_at_ms >= self.config.decode_interval_ms
+        due = now_ms - self._last_decode_at_ms >= self.decode_interval_ms
         if (due or self._want_decode) and self.buffer_ms >= self.config.min_decode_ms:
             self._start_decode(now_ms)
+
+    @property
+    def decode_interval_ms(self) -> float:
+        """The configured interval, stretched when decodes come back slowly (a busy engine shared by many
+        sessions): partials then come less often, but every session stays real time."""
+        return max(self.config.decode_interval_ms, 1.5 * self._last_decode_wall_ms)
 
     def _start_decode(self, now_ms: int) -> None:
         self._want_decode = False
@@ -196,8 +204,10 @@ class StreamingTranscriber:
         utterance = self._utterance
         request = TranscribeRequest(audio=audio, language=self._utterance_language, task=self.config.task,
                                     prefix=" ".join(self._la.committed))
+        started = time.monotonic()
         try:
             transcript = await self.recognize(request)
+            self._last_decode_wall_ms = (time.monotonic() - started) * 1000
         except AgentError as exc:
             if not self._error_reported:
                 self._error_reported = True
