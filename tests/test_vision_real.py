@@ -89,3 +89,21 @@ async def test_vision_can_be_turned_off(server):
         await peer.wait_for("error", lambda e: e["error"]["code"] == "vision_unavailable")
     finally:
         await peer.close()
+
+
+async def test_agent_sessions_can_watch_the_camera_too(start_server):
+    server = await start_server(video_fps=2.0)
+    peer = ClientPeer(server.url, "agent", config={"vision": True}, video=SceneTrack(cut_s=100))
+    await peer.connect()
+    try:
+        delta = await peer.wait_for("vision.text.delta", timeout=15)
+        assert delta["delta"]
+    finally:
+        await peer.close()
+    plain = ClientPeer(server.url, "agent", video=SceneTrack(cut_s=100))
+    await plain.connect()
+    try:
+        await asyncio.sleep(1.5)
+        assert not [e for e in plain.events if e["type"].startswith("vision.")]
+    finally:
+        await plain.close()

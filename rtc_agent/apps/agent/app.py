@@ -28,6 +28,7 @@ from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.app import check_language
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
+from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
 from rtc_agent.engines.asr.base import TranscribeRequest
 from rtc_agent.engines.llm.base import LLMClient
@@ -44,6 +45,7 @@ from rtc_agent.protocol.events import (
     SessionUpdated,
     SpeechStarted,
     SpeechStopped,
+    VisionPrompt,
 )
 
 SAMPLE_RATE = 16000
@@ -69,6 +71,7 @@ DEFAULTS: dict[str, Any] = {
     "barge_in": True,
     "barge_in_grace_ms": 300,
     "preemptive": True,
+    "vision": False,  # true or commentary options: visual commentary of the camera track (vision.* events)
 }
 
 
@@ -132,6 +135,7 @@ class AgentApp(App):
     name = "agent"
     title = "Voice agent"
     description = "A spoken assistant that answers, calls tools and stops when you talk over it."
+    uses_video = True  # only with config "vision"; otherwise frames are drained and ignored
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         super().__init__(ctx, config)
@@ -150,6 +154,10 @@ class AgentApp(App):
         self._user_item_id: str | None = None
         self._pending_turn: Turn | None = None  # transcribed at a pause, awaiting the end of the turn
         self._paused_at: int | None = None  # tentative barge-in: playback held since this window
+        vision = config["vision"]
+        self.vision = (VisionCommentary(ctx, ctx.worker, "vlm", validate_commentary_config(
+            vision if isinstance(vision, dict) else None)) if vision is not False else None)
+        self._vision_started = False
         self.counts = {"turns": 0, "responses": 0, "barge_ins": 0, "false_barge_ins": 0, "preemptive_used": 0,
                        "preemptive_dropped": 0}
 
@@ -176,6 +184,11 @@ class AgentApp(App):
         _check(out, "preemptive", (bool,))
         if out["temperature"] is not None:
             _check(out, "temperature", (int, float), 0, 2)
+        if not isinstance(out["vision"], bool | dict):
+            raise InvalidRequest("agent config 'vision' must be true, false or commentary options",
+                                 code="invalid_config")
+        if isinstance(out["vision"], dict):
+            validate_commentary_config(out["vision"])
         if out["tools"] not in ("auto", True, False):
             raise InvalidRequest("agent config 'tools' must be 'auto', true or false", code="invalid_config")
         return out
@@ -206,6 +219,14 @@ class AgentApp(App):
         audio = pcm.astype(np.float32) / 32768.0
         self.ring.push(audio, start_ms)
         self.vad.push(audio, start_ms)
+
+    def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
+        if self.vision is None:
+            return
+        if not self._vision_started:
+            self._vision_started = True
+            self.ctx.spawn(self.vision.start(), "vision-start")
+        self.vision.on_frame(image, ts_ms)
 
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         self._maybe_pause(prob, start_ms)
@@ -368,6 +389,10 @@ class AgentApp(App):
         elif isinstance(event, ResponseCreate):
             self._cancel_response()
             self._respond_now()
+        elif isinstance(event, VisionPrompt):
+            if self.vision is None:
+                raise InvalidRequest("visual commentary is off for this session", code="vision_unavailable")
+            await self.vision.prompt(event.text)
         elif isinstance(event, ResponseCancel):
             if self._response_done() and not (self.responder and self.responder.playing):
                 raise InvalidRequest("there is no response to cancel", code="no_active_response")
@@ -414,8 +439,10 @@ class AgentApp(App):
     def stats(self) -> dict[str, Any]:
         return {**self.counts, "items": len(self.conversation.items), "vad_dropped_ms": self.vad.dropped_ms,
                 "in_speech": self.segmenter.in_speech, "tools_offered": self.offer_tools,
-                "tools": self.tools.names()}
+                "tools": self.tools.names(), "vision": self.vision.stats() if self.vision else None}
 
     async def close(self) -> None:
         self._drop_pending_turn()
         self._cancel_response()
+        if self.vision is not None:
+            await self.vision.close()
