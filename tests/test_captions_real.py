@@ -60,6 +60,9 @@ async def test_spoken_sentences_become_final_captions(server):
                 assert resp.status == 200 and resp.content_type == "text/vtt"
             async with http.get(f"{server.url}/v1/sessions/{peer.session_id}/captions.srt") as resp:
                 srt = await resp.text()
+            async with http.get(f"{server.url}/metrics") as resp:
+                metrics = await resp.text()
+        assert 'rtc_agent_stage_latency_seconds_count{stage="captions_decode"}' in metrics
         assert vtt.startswith("WEBVTT") and "umbrella" in vtt and " --> " in vtt
         assert srt.startswith("1\n00:00:0") and "," in srt.splitlines()[1]
     finally:

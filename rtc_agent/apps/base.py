@@ -67,6 +67,10 @@ class AppContext(Protocol):
         """Send an event to the client."""
         ...
 
+    def observe(self, stage: str, seconds: float) -> None:
+        """Record one latency of a pipeline stage (the ``rtc_agent_stage_latency_seconds`` histogram)."""
+        ...
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         """Run a task that the session owns: it is cancelled when the session ends; its failure is reported."""
         ...

@@ -94,6 +94,9 @@ class Session:
         if self.state != "closed":
             self.channel.send(event)
 
+    def observe(self, stage: str, seconds: float) -> None:
+        self.metrics.stage_latency.labels(stage=stage).observe(max(0.0, seconds))
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
         self._tasks.add(task)

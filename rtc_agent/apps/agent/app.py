@@ -362,6 +362,9 @@ class AgentApp(App):
         finally:
             for item in responder.items:
                 self.conversation.add(item)
+            for key, value in responder.timings.items():
+                if value is not None:
+                    self.ctx.observe("agent_" + key.removesuffix("_ms"), value / 1000)
 
     def _response_done(self) -> bool:
         return self._response_task is None or self._response_task.done()

@@ -7,6 +7,7 @@ speech boundaries.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -100,7 +101,10 @@ class CaptionsApp(App):
         return engines
 
     async def _recognize(self, request: TranscribeRequest) -> Transcript:
-        return await self.ctx.worker.call("asr", request)
+        started = time.monotonic()
+        transcript = await self.ctx.worker.call("asr", request)
+        self.ctx.observe("captions_decode", time.monotonic() - started)
+        return transcript
 
     async def start(self) -> None:
         self.ctx.spawn(self.vad.run(), "captions-vad")

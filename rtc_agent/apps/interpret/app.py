@@ -29,7 +29,7 @@ from rtc_agent.apps.interpret.speech import TranslationSpeaker
 from rtc_agent.engines import st
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent, ServerEvent
-from rtc_agent.protocol.events import SessionUpdate, SessionUpdated
+from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, TranslationChunk
 
 __all__ = ["InterpretApp", "build_pipeline"]
 
@@ -62,7 +62,7 @@ class InterpretApp(App):
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         super().__init__(ctx, config)
-        self.pipeline = build_pipeline(ctx.settings, ctx.worker, config, ctx.emit, on_text=self._on_text)
+        self.pipeline = build_pipeline(ctx.settings, ctx.worker, config, self._emit, on_text=self._on_text)
         self.policy = self.pipeline.policy
         self.speaker: TranslationSpeaker | None = None
         if ctx.speech is not None:
@@ -83,6 +83,11 @@ class InterpretApp(App):
         if self.speaker is not None:
             out["tts"] = f"{s.tts_engine}:{s.tts_model or 'piper-joe'}"
         return out
+
+    def _emit(self, event: ServerEvent) -> None:
+        if isinstance(event, TranslationChunk) and event.latency_ms is not None:
+            self.ctx.observe("interpret_chunk", event.latency_ms / 1000)
+        self.ctx.emit(event)
 
     async def start(self) -> None:
         self.ctx.spawn(self.pipeline.run_vad(), "interpret-vad")

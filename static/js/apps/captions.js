@@ -24,6 +24,8 @@ export function mount({ client, $ }) {
   const committedEl = $("caption-committed");
   const tentativeEl = $("caption-tentative");
   const transcript = $("transcript");
+  const languageEl = $("caption-language");
+  const latencyEl = $("caption-latency");
   const commentary = $("commentary");
   const speech = $("speech-indicator");
   const visionState = $("vision-state");
@@ -59,8 +61,29 @@ export function mount({ client, $ }) {
     scrollToEnd(transcript);
   });
 
+  // The session clock (session_ms: ms of our audio the server has received) mapped to this page's clock: the
+  // smallest (arrival - session_ms) seen is the offset with the least network delay in it.
+  let clockOffset = Infinity;
+  client.on("*", (ev) => {
+    if (typeof ev.session_ms === "number") clockOffset = Math.min(clockOffset, performance.now() - ev.session_ms);
+    if (ev.language && languageEl) languageEl.textContent = ev.language;
+  });
+  const latencies = [];
+  const showLatency = (ev) => {
+    if (!latencyEl || !Number.isFinite(clockOffset) || typeof ev.audio_end_ms !== "number") return;
+    const ms = performance.now() - (clockOffset + ev.audio_end_ms);
+    if (ms < 0 || ms > 30000) return;
+    latencies.push(ms);
+    if (latencies.length > 50) latencies.shift();
+    const sorted = [...latencies].sort((a, b) => a - b);
+    latencyEl.textContent = `${Math.round(ms)} ms`;
+    latencyEl.title = `median of the last ${sorted.length}: ${Math.round(sorted[Math.floor(sorted.length / 2)])} ms`;
+    latencyEl.dataset.ms = ms.toFixed(0);
+  };
+
   client.on("caption.final", (ev) => {
     const text = (ev.text || "").trim();
+    if (text) showLatency(ev);
     setOverlayPartial("", "");
     finalEl.textContent = text;
     clearTimeout(finalTimer);
