@@ -150,6 +150,7 @@ class VisionCommentary:
         self.counts = {"frames_in": 0, "frames_ignored": 0, "frames_rejected": 0, "frames_dropped": 0,
                        "prompts": 0, "rounds": 0, "deltas": 0, "silences": 0}
         self.last_frame_ts: float | None = None
+        self._start_requested = False
 
     # lifecycle --------------------------------------------------------------------------------------------------
 
@@ -244,6 +245,14 @@ class VisionCommentary:
             await lease.__aexit__(None, None, None)
 
     # input ------------------------------------------------------------------------------------------------------
+
+    def watch(self, image: np.ndarray, ts_ms: int) -> None:
+        """:meth:`on_frame` that starts the commentary at the first frame, so a session without a camera never
+        holds the engine's single slot."""
+        if self.state == "idle" and not self._start_requested:
+            self._start_requested = True
+            self.ctx.spawn(self.start(), "vision-start")
+        self.on_frame(image, ts_ms)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         """A camera frame (RGB ``uint8``) stamped ``ts_ms`` on the session clock. Never blocks; frames that arrive

@@ -369,6 +369,33 @@ class VisionSessionBase:
         self._listener: Callable[[], None] | None = None
         self._rounds = RoundTracker()
         self.counters: collections.Counter[str] = collections.Counter()
+        self._thread: threading.Thread | None = None  # the producer; subclasses start it
+        self._on_close: Callable[[], None] | None = None
+
+    # closing ----------------------------------------------------------------------------------------------------
+
+    def _join_producer(self, timeout: float | None, what: str) -> None:
+        """The end of ``close``: wait for the producer thread (``TimeoutError`` if ``what`` does not stop), or
+        release at once when it never started; re-raise a failure of the session."""
+        thread = self._thread
+        if thread is None:
+            if not self._done.is_set():
+                self._done.set()
+                self._release()
+            return
+        thread.join(timeout=timeout)
+        if thread.is_alive():
+            raise TimeoutError(f"{what} did not stop before the timeout")
+        self._raise_if_failed()
+
+    def _release(self) -> None:
+        """Run the ``on_close`` callback once (it frees the engine's session slot)."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            try:
+                on_close()
+            except Exception:
+                log.exception("vision session on_close failed")
 
     # timestamps -------------------------------------------------------------------------------------------------
 
@@ -750,26 +777,9 @@ class RealtimeVisionSession(VisionSessionBase):
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        thread = self._thread
-        if thread is None:
-            if not self._done.is_set():
-                self._done.set()
-                self._release()
-            return
-        thread.join(timeout=timeout)
-        if thread.is_alive():
-            raise TimeoutError("Realtime generation did not stop before the timeout")
-        self._raise_if_failed()
+        self._join_producer(timeout, "Realtime generation")
 
     # the loop ---------------------------------------------------------------------------------------------------
-
-    def _release(self) -> None:
-        on_close, self._on_close = self._on_close, None
-        if on_close is not None:
-            try:
-                on_close()
-            except Exception:
-                log.exception("vision session on_close failed")
 
     def _drain(self, block: bool) -> tuple[list[tuple[Any, float]], list[str]]:
         """Take every queued frame and prompt; with ``block`` wait until there is some input (or a stop)."""

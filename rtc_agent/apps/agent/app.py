@@ -157,7 +157,6 @@ class AgentApp(App):
         vision = config["vision"]
         self.vision = (VisionCommentary(ctx, ctx.worker, "vlm", validate_commentary_config(
             vision if isinstance(vision, dict) else None)) if vision is not False else None)
-        self._vision_started = False
         self.counts = {"turns": 0, "responses": 0, "barge_ins": 0, "false_barge_ins": 0, "preemptive_used": 0,
                        "preemptive_dropped": 0}
 
@@ -221,12 +220,8 @@ class AgentApp(App):
         self.vad.push(audio, start_ms)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
-        if self.vision is None:
-            return
-        if not self._vision_started:
-            self._vision_started = True
-            self.ctx.spawn(self.vision.start(), "vision-start")
-        self.vision.on_frame(image, ts_ms)
+        if self.vision is not None:
+            self.vision.watch(image, ts_ms)
 
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         self._maybe_pause(prob, start_ms)

@@ -63,7 +63,6 @@ class CaptionsApp(App):
         # engine's single slot.
         self.vision = (VisionCommentary(ctx, ctx.worker, self.VISION_ENGINE, config["vision"])
                        if config["vision"] is not None else None)
-        self._vision_started = False
 
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
@@ -121,12 +120,8 @@ class CaptionsApp(App):
         self.transcriber.poll(now)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
-        if self.vision is None:
-            return
-        if not self._vision_started:
-            self._vision_started = True
-            self.ctx.spawn(self.vision.start(), "vision-start")
-        self.vision.on_frame(image, ts_ms)
+        if self.vision is not None:
+            self.vision.watch(image, ts_ms)
 
     async def on_event(self, event: ClientEvent) -> None:
         if isinstance(event, VisionPrompt):

@@ -259,24 +259,7 @@ class RemoteVisionSession(VisionSessionBase):
         """Stop the remote session (``stop`` / ``session.abort``), close the connection and the thread."""
         self._closed.set()
         self._request_stop()
-        thread = self._thread
-        if thread is None:
-            if not self._done.is_set():
-                self._done.set()
-                self._release()
-            return
-        thread.join(timeout=timeout)
-        if thread.is_alive():
-            raise TimeoutError("the remote realtime session did not stop before the timeout")
-        self._raise_if_failed()
-
-    def _release(self) -> None:
-        on_close, self._on_close = self._on_close, None
-        if on_close is not None:
-            try:
-                on_close()
-            except Exception:
-                log.exception("remote vision session on_close failed")
+        self._join_producer(timeout, "the remote realtime session")
 
     # the private loop -------------------------------------------------------------------------------------------
 
