@@ -62,6 +62,9 @@ class Settings:
     turn_credential: str = _opt("", "Static TURN password (when no turn secret is set).", "ice", secret=True)
     turn_ttl_s: int = _opt(24 * 3600, "Lifetime of generated TURN credentials in seconds.", "ice")
     ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
+    audio_jitter_frames: int = _opt(1, "Audio frames (20 ms) a receiver waits for after each one before decoding "
+                                       "it (aiortc's default is 4: 80 ms). Fewer: faster VAD; more: tolerates "
+                                       "reordering.", "media")
     video_fps: float = _opt(1.0, "Camera frames per second handed to the apps.", "media")
     video_max_edge: int = _opt(512, "Longest edge in pixels of frames handed to the apps.", "media")
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
@@ -229,6 +232,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("max_sessions must be at least 1")
     if settings.ice_transport_policy not in ("all", "relay"):
         raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
+    if not 0 <= settings.audio_jitter_frames <= 4:
+        raise SettingsError("audio_jitter_frames must be 0-4")
     if settings.video_fps <= 0 or settings.video_max_edge < 16:
         raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
     if settings.heartbeat_timeout_s <= 0:

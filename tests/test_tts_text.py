@@ -154,3 +154,12 @@ def test_bad_arguments() -> None:
         ClauseSplitter(min_soft_chars=500, max_chars=100)
     with pytest.raises(TypeError):
         ClauseSplitter().feed(None)  # type: ignore[arg-type]
+
+
+def test_first_clause_word_limit():
+    splitter = ClauseSplitter(first_max_words=4)
+    assert splitter.feed("Cats sleep for most of") == ["Cats sleep for most"]
+    assert splitter.feed(" the day, and hunt at night. They") == ["of the day, and hunt at night."]
+    assert splitter.flush() == ["They"]
+    short = ClauseSplitter(first_max_words=6)
+    assert short.feed("Sure, I can help. ") == ["Sure, I can help."]  # a sentence end comes first

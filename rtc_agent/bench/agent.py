@@ -73,8 +73,8 @@ class Speaker:
         self.started_at: dict[str, float] = {}
 
     def _event(self, utterance: Any, what: str) -> None:
-        if what == "started":
-            self.started_at[utterance.id] = time.monotonic() - 0.02  # its first frame began one frame ago
+        if what == "started":  # fired as the frame holding its first sample is handed to the encoder
+            self.started_at[utterance.id] = time.monotonic()
 
     async def say(self, pcm: np.ndarray) -> tuple[float, float]:
         """Play ``pcm``; returns the wall times its speech started and ended as sent."""
@@ -127,6 +127,7 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
     clips = synthesize([*set(requests), INTERRUPTED, INTERRUPTION])
     speaker = Speaker()
     v2v, stages, barge = [], [], []
+    skipped_barge_ins = 0
     async with local_server(**server_overrides) as (base_url, _app):
         peer = ClientPeer(base_url, "agent", config=config, audio=speaker.track)
         await peer.connect()
@@ -158,8 +159,16 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
                 if heard is None:
                     continue
                 await asyncio.sleep(1.5)  # let the agent talk for a while
+                if any(e["type"] == "output_audio_buffer.stopped" for e in peer.events[seen:]):
+                    skipped_barge_ins += 1  # the answer was over before the interruption
+                    await wait_quiet(peer, 0.8, 30)
+                    continue
                 onset, _ = await speaker.say(clips[INTERRUPTION])
-                await peer.wait_for("conversation.item.truncated", timeout=10, after=seen)
+                try:
+                    await peer.wait_for("conversation.item.truncated", timeout=10, after=seen)
+                except TimeoutError:
+                    skipped_barge_ins += 1
+                    continue
                 stopped = silent_from(peer, onset)
                 if stopped is not None:
                     barge.append(stopped - onset)
@@ -180,7 +189,8 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
         "v2v_ms": {"p50": percentile_ms(v2v, 50), "p90": percentile_ms(v2v, 90), "max": percentile_ms(v2v, 100)},
         "stages_ms": {key: stage(key) for key in ("end_of_turn_ms", "asr_ms", "llm_first_token_ms",
                                                   "tts_first_audio_ms")},
-        "barge_in_ms": {"p50": percentile_ms(barge, 50), "max": percentile_ms(barge, 100), "count": len(barge)},
+        "barge_in_ms": {"p50": percentile_ms(barge, 50), "p90": percentile_ms(barge, 90),
+                        "max": percentile_ms(barge, 100), "count": len(barge), "skipped": skipped_barge_ins},
         "per_turn": stages,
         "app_stats": info.get("app_stats"),
         "engines": info.get("engines"),

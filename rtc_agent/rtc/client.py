@@ -21,6 +21,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.rtc.event_channel import LABEL
+from rtc_agent.rtc.jitter import shorten_audio_jitter
 
 RECEIVED_AUDIO_LIMIT_S = 600  # the client keeps at most this much received audio
 
@@ -39,7 +40,7 @@ class ClientPeer:
 
     def __init__(self, base_url: str, app: str, *, config: dict[str, Any] | None = None,
                  audio: MediaStreamTrack | None = None, video: MediaStreamTrack | None = None,
-                 receive_audio: bool = True, heartbeat_s: float | None = 2.0,
+                 receive_audio: bool = True, heartbeat_s: float | None = 2.0, audio_jitter_frames: int = 1,
                  http: aiohttp.ClientSession | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.app = app
@@ -50,6 +51,7 @@ class ClientPeer:
         self.heartbeat_s = heartbeat_s
         self._http = http
         self._own_http = http is None
+        self.audio_jitter_frames = audio_jitter_frames
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.channel = None
         self.session_id: str | None = None
@@ -84,6 +86,9 @@ class ClientPeer:
             self.pc.addTransceiver("audio", direction="recvonly")
         if self.video is not None:
             self.pc.addTrack(self.video)
+        for transceiver in self.pc.getTransceivers():
+            if transceiver.kind == "audio":
+                shorten_audio_jitter(transceiver.receiver, self.audio_jitter_frames)
         self.channel = self.pc.createDataChannel(LABEL, ordered=True)
         self.channel.on("message", self._on_message)
         self.channel.on("open", self._opened.set)

@@ -26,6 +26,7 @@ from rtc_agent.protocol import ClientEvent, ServerEvent
 from rtc_agent.protocol.events import MetricsEvent, OutputAudioStarted, OutputAudioStopped, SessionCreated
 from rtc_agent.rtc import AudioInput, EventChannel, SessionClock, SpeechOutput, Utterance, VideoInput
 from rtc_agent.rtc.event_channel import LABEL
+from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.server.ice import server_ice_servers
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class Session:
         except Exception as exc:
             raise InvalidRequest(f"the offer could not be applied: {exc}", code="invalid_sdp") from None
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
+        for transceiver in audio:
+            shorten_audio_jitter(transceiver.receiver, self.settings.audio_jitter_frames)
         if audio and audio[0].direction in ("sendrecv", "recvonly") and self.speech is not None:
             self.pc.addTrack(self.speech)
         else:

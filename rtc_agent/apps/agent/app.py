@@ -51,6 +51,10 @@ from rtc_agent.protocol.events import (
 SAMPLE_RATE = 16000
 PREROLL_MS = 300
 RING_SECONDS = 60  # the longest turn kept for recognition
+# Holding playback is cheap to undo, so it triggers on weaker evidence than the start of a turn: a VAD window
+# above PAUSE_THRESHOLD, or one 20 ms frame louder than PAUSE_LEVEL (before the VAD has a whole window).
+PAUSE_THRESHOLD = 0.3
+PAUSE_LEVEL = 10 ** (-30 / 20)
 
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences. Use plain words: no lists, "
@@ -218,6 +222,8 @@ class AgentApp(App):
         audio = pcm.astype(np.float32) / 32768.0
         self.ring.push(audio, start_ms)
         self.vad.push(audio, start_ms)
+        if len(audio) and float(np.sqrt(np.mean(audio * audio))) > PAUSE_LEVEL:
+            self._maybe_pause(1.0, start_ms)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         if self.vision is not None:
@@ -244,7 +250,7 @@ class AgentApp(App):
     def _maybe_pause(self, prob: float, start_ms: int) -> None:
         """Tentative barge-in: hold the agent's audio at the first loud window while it is audible."""
         r = self.responder
-        if (self._paused_at is not None or not self.config["barge_in"] or prob < self.segmenter.threshold
+        if (self._paused_at is not None or not self.config["barge_in"] or prob < PAUSE_THRESHOLD
                 or r is None or not r.audible or r.played_ms < self.config["barge_in_grace_ms"]
                 or self.ctx.speech is None):
             return

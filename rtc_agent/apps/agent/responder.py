@@ -188,7 +188,8 @@ class Responder:
             temperature=self.options.temperature,
         )
         parser = ReplyParser()
-        splitter = ClauseSplitter(first_min_soft_chars=12)  # the first audio as early as a comma allows
+        # The first audio as early as a comma, or six words, allow.
+        splitter = ClauseSplitter(first_min_soft_chars=12, first_max_words=6)
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=CLAUSE_QUEUE)
         speaker = asyncio.get_running_loop().create_task(self._speak_clauses(clauses, item))
         calls: list[ParsedToolCall | ToolCallParseError] = []

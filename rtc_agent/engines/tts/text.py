@@ -130,7 +130,8 @@ class ClauseSplitter:
     closing punctuation the splitter is waiting past).
     """
 
-    def __init__(self, *, min_soft_chars: int = 50, first_min_soft_chars: int = 24, max_chars: int = 250) -> None:
+    def __init__(self, *, min_soft_chars: int = 50, first_min_soft_chars: int = 24, max_chars: int = 250,
+                 first_max_words: int | None = None) -> None:
         if max_chars < 20:
             raise ValueError(f"max_chars must be >= 20, got {max_chars!r}")
         if not 0 <= first_min_soft_chars <= max_chars or not 0 <= min_soft_chars <= max_chars:
@@ -138,6 +139,9 @@ class ClauseSplitter:
         self.min_soft_chars = min_soft_chars
         self.first_min_soft_chars = first_min_soft_chars
         self.max_chars = max_chars
+        # The first clause ends after this many words even without punctuation: the first audio sooner, at the
+        # cost of a break mid-sentence (for a voice agent on a slow LLM).
+        self.first_max_words = first_max_words
         self._buf = ""
         self._line_start = True
         self._in_fence = False
@@ -202,6 +206,8 @@ class ClauseSplitter:
         buf = self._buf
         n = len(buf)
         soft_min = self.first_min_soft_chars if self._emitted == 0 else self.min_soft_chars
+        word_limit = self.first_max_words if self._emitted == 0 else None
+        words = 0
         last_space = -1
         i = 0
         while i < n:
@@ -213,6 +219,10 @@ class ClauseSplitter:
             if ch == "\n":
                 return i, i + 1, True
             if ch.isspace():
+                if i > 0 and not buf[i - 1].isspace():
+                    words += 1
+                    if word_limit and words >= word_limit:
+                        return i, i, False
                 last_space = i
                 i += 1
                 continue
