@@ -70,9 +70,9 @@ class Settings:
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
     max_output_seconds: float = _opt(120.0, "Most seconds of speech queued on a session's outgoing track.",
                                      "media")
-    preload: list[str] = _opt(["vad", "asr", "tts", "llm"], "Engines to load in the background at start-up, so the first "
-                                              "session does not wait (comma-separated; empty = load on first use).",
-                              "engines")
+    preload: list[str] = _opt(["vad", "asr", "tts", "llm"],
+                              "Engines to load in the background at start-up, so the first session does not wait "
+                              "(comma-separated; empty = load on first use).", "engines")
     cache_dir: str = _opt(str(Path.home() / ".cache" / "rtc-agent"),
                           "Folder for assembled and converted model files.", "engines")
     static_dir: str = _opt(str(PROJECT_ROOT / "static"), "Folder of the browser client's static files.", "pages")
