@@ -372,6 +372,16 @@ class VisionSessionBase:
         self._thread: threading.Thread | None = None  # the producer; subclasses start it
         self._on_close: Callable[[], None] | None = None
 
+    # input --------------------------------------------------------------------------------------------------------
+
+    def _admit_frame(self, image: Any, running: bool) -> None:
+        """The checks every ``push_frame`` starts with; starts the session on its first frame."""
+        self._check_open()
+        if image is None:
+            raise ValueError("image must not be None")
+        if not running:
+            self.start()
+
     # closing ----------------------------------------------------------------------------------------------------
 
     def _join_producer(self, timeout: float | None, what: str) -> None:
@@ -715,11 +725,7 @@ class RealtimeVisionSession(VisionSessionBase):
 
     def push_frame(self, image: Any, timestamp: float | None = None, *, drop_oldest: bool = True) -> bool:
         """Queue one frame; True when an older queued frame was dropped to make room."""
-        self._check_open()
-        if image is None:
-            raise ValueError("image must not be None")
-        if self._thread is None:
-            self.start()
+        self._admit_frame(image, self._thread is not None)
         with self._cond:
             return self._push_frame_locked(image, timestamp, drop_oldest)
 

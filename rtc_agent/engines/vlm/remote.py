@@ -186,11 +186,7 @@ class RemoteVisionSession(VisionSessionBase):
         return self
 
     def push_frame(self, image: Any, timestamp: float | None = None, *, drop_oldest: bool = True) -> bool:
-        self._check_open()
-        if image is None:
-            raise ValueError("image must not be None")
-        if self._thread is None:
-            self.start()
+        self._admit_frame(image, self._thread is not None)
         with self._lock:
             return self._queue_frame(image, timestamp, drop_oldest, None)
 

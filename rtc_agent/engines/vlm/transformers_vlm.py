@@ -362,11 +362,7 @@ class MossNativeSession(VisionSessionBase):
         return self
 
     def push_frame(self, image: Any, timestamp: float | None = None, *, drop_oldest: bool = True) -> bool:
-        self._check_open()
-        if image is None:
-            raise ValueError("image must not be None")
-        if self._pump is None:
-            self.start()
+        self._admit_frame(image, self._pump is not None)
         ts = self._frame_timestamp(timestamp)
         dropped = bool(self.inner.push_frame(_to_pil(image), timestamp=ts, drop_oldest=drop_oldest))
         self._frame_ts = ts
