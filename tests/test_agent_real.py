@@ -124,3 +124,29 @@ async def test_chat_with_the_embedded_smollm2(start_server):
         assert created["session"]["engines"]["llm"].startswith("embedded:SmolLM2")
     finally:
         await peer.close()
+
+
+async def test_deleting_mid_answer_ends_every_task(start_server):
+    story = "Once upon a time a small fox lived at the edge of a quiet forest, and every morning she went out. " * 4
+
+    async with OpenAIStub(responder=lambda body: text_reply(story, piece_size=6)) as stub:
+        server = await start_server(llm_engine="openai", llm_url=stub.url)
+        await asyncio.sleep(0.2)
+
+        def running() -> list[asyncio.Task]:  # not counting the worker's engine dispatchers (server lifetime)
+            return [t for t in asyncio.all_tasks() if not t.done() and not t.get_name().startswith("rtc_agent.worker")]
+
+        baseline = len(running())
+        peer = ClientPeer(server.url, "agent", audio=PcmSourceTrack(spoken(0.5, "Tell me a story.", 2.0), RATE,
+                                                                       tail="silence"))
+        await peer.connect()
+        session = server.registry.get(peer.session_id)
+        await peer.wait_for("response.output_audio_transcript.delta", timeout=40)
+        assert await peer.delete() == 204
+        assert session.state == "closed" and session.task_count == 0
+        await peer.close(delete=False)
+        deadline = asyncio.get_running_loop().time() + 10
+        while asyncio.get_running_loop().time() < deadline and len(running()) > baseline:
+            await asyncio.sleep(0.1)
+        left = running()
+        assert len(left) <= baseline, [t.get_coro() for t in left][:10]
