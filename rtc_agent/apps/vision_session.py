@@ -743,10 +743,7 @@ class RealtimeVisionSession(VisionSessionBase):
         """Queue a frame and a prompt together (they are drained in the same segment)."""
         self._check_open()
         prompt = self._check_prompt(prompt)
-        if image is None:
-            raise ValueError("image must not be None")
-        if self._thread is None:
-            self.start()
+        self._admit_frame(image, self._thread is not None)
         with self._cond:
             if len(self._inputs.prompts) >= self.prompt_queue_size:
                 raise queue.Full("too many prompts waiting")

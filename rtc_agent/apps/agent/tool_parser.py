@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rtc_agent.engines.llm.base import partial_marker_len
+
 __all__ = [
     "CLOSE_TAG",
     "OPEN_TAG",
@@ -84,17 +86,6 @@ class ToolCallParseError:
 
 
 ParsedItem = SpokenText | ParsedToolCall | ToolCallParseError
-
-
-def _tag_prefix_len(text: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of one of the tags."""
-    longest = 0
-    for tag in _TAGS:
-        for n in range(min(len(tag) - 1, len(text)), longest, -1):
-            if text.endswith(tag[:n]):
-                longest = n
-                break
-    return longest
 
 
 def _parse_call_object(obj: Any, raw: str, call_id: str) -> ParsedToolCall | ToolCallParseError:
@@ -185,7 +176,7 @@ class ToolCallParser:
             if tag == OPEN_TAG:
                 self._inside = True
             return True
-        hold = _tag_prefix_len(buf)
+        hold = partial_marker_len(buf, _TAGS)
         cut = len(buf) - hold
         if cut:
             out.append(SpokenText(buf[:cut]))
@@ -214,7 +205,7 @@ class ToolCallParser:
                                           buf[:200]))
             self._skipping = True
         if self._skipping:  # keep only what could be the start of the closing tag
-            self._buf = buf[len(buf) - _tag_prefix_len(buf):]
+            self._buf = buf[len(buf) - partial_marker_len(buf, _TAGS):]
         return False
 
     def flush(self) -> list[ParsedItem]:

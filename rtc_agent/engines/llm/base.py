@@ -286,6 +286,18 @@ class ChatAccumulator:
         )
 
 
+def partial_marker_len(text: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``: the characters a
+    streaming reader must hold back because the next chunk may complete a tag or a stop string."""
+    longest = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), longest, -1):
+            if text.endswith(marker[:n]):
+                longest = n
+                break
+    return longest
+
+
 # --------------------------------------------------------------------------------------------------------------
 # cancellation and jobs
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rtc_agent.engines.assets import package_file
-from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage
+from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage, partial_marker_len
 from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -115,16 +115,6 @@ def render_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mappi
             out.insert(0, {"role": "system", "content": block})
     return out
 
-
-def _stop_hold(text: str, stops: Sequence[str]) -> int:
-    """How many trailing characters of ``text`` could be the start of a stop string."""
-    hold = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), hold, -1):
-            if text.endswith(stop[:n]):
-                hold = n
-                break
-    return hold
 
 
 class SmolLMEngine(ChatEngine):
@@ -359,7 +349,7 @@ class SmolLMEngine(ChatEngine):
             if cut >= 0:
                 visible, finish = text[:cut], "stop"
             else:
-                visible = text[: len(text) - _stop_hold(text, request.stop)] if request.stop else text
+                visible = text[: len(text) - partial_marker_len(text, request.stop)] if request.stop else text
                 if visible.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for the next token
                     visible = visible.rstrip("\ufffd")
             if visible.startswith(emitted) and len(visible) > len(emitted):

@@ -206,10 +206,7 @@ class RemoteVisionSession(VisionSessionBase):
                           drop_oldest: bool = True) -> bool:
         self._check_open()
         prompt = self._check_prompt(prompt)
-        if image is None:
-            raise ValueError("image must not be None")
-        if self._thread is None:
-            self.start()
+        self._admit_frame(image, self._thread is not None)
         with self._lock:
             if self._prompts_waiting >= MAX_PROMPTS:
                 raise queue.Full("too many prompts waiting")
