@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from typing import Any
 
 import numpy as np
@@ -25,6 +24,7 @@ from rtc_agent.apps.agent.builtin_tools import register_builtins
 from rtc_agent.apps.agent.conversation import Conversation, Item, new_item_id
 from rtc_agent.apps.agent.responder import Responder, ResponseOptions
 from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry
+from rtc_agent.apps.audio_ring import AudioRing
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.app import check_language
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
@@ -48,7 +48,6 @@ from rtc_agent.protocol.events import (
     VisionPrompt,
 )
 
-SAMPLE_RATE = 16000
 PREROLL_MS = 300
 RING_SECONDS = 60  # the longest turn kept for recognition
 # Holding playback is cheap to undo, so it triggers on weaker evidence than the start of a turn: a VAD window
@@ -87,39 +86,6 @@ def _check(config: dict[str, Any], key: str, kinds: tuple[type, ...], low: float
         ok = False
     if not ok:
         raise InvalidRequest(f"agent config {key!r} has a bad value {value!r}", code="invalid_config")
-
-
-class AudioRing:
-    """The last ``seconds`` of 16 kHz audio with their session-clock positions; slices by time."""
-
-    def __init__(self, seconds: float) -> None:
-        self.limit = int(seconds * SAMPLE_RATE)
-        self.chunks: deque[tuple[int, np.ndarray]] = deque()
-        self.samples = 0
-
-    def push(self, audio: np.ndarray, start_ms: int) -> None:
-        self.chunks.append((start_ms, audio))
-        self.samples += len(audio)
-        while self.samples - len(self.chunks[0][1]) >= self.limit:
-            self.samples -= len(self.chunks.popleft()[1])
-
-    def slice(self, from_ms: int, to_ms: int) -> np.ndarray:
-        parts = []
-        for start, audio in self.chunks:
-            end = start + len(audio) * 1000 // SAMPLE_RATE
-            if end <= from_ms or start >= to_ms:
-                continue
-            a = max(0, (from_ms - start) * SAMPLE_RATE // 1000)
-            b = min(len(audio), (to_ms - start) * SAMPLE_RATE // 1000)
-            parts.append(audio[a:b])
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-
-    @property
-    def end_ms(self) -> int:
-        if not self.chunks:
-            return 0
-        start, audio = self.chunks[-1]
-        return start + len(audio) * 1000 // SAMPLE_RATE
 
 
 class Turn:

@@ -22,7 +22,6 @@ from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent
 from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, VisionPrompt
 
-SAMPLE_RATE = 16000
 LANGUAGE_CODES = frozenset([  # the languages Whisper knows
     "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el",
     "en", "es", "et", "eu", "fa", "fi", "fo", "fr", "gl", "gu", "ha", "haw", "he", "hi", "hr", "ht", "hu", "hy",

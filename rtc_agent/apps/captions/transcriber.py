@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.apps.audio_ring import AudioRing
 from rtc_agent.apps.captions.local_agreement import LocalAgreement, strip_committed
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
 from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
@@ -76,8 +77,7 @@ class StreamingTranscriber:
         self.config = config or TranscriberConfig()
         self.finals: deque[FinalCaption] = deque(maxlen=self.config.max_finals)
         self.language: str | None = self.config.language
-        self._recent: deque[tuple[int, np.ndarray]] = deque()
-        self._recent_ms = 0
+        self._recent = AudioRing(1.0)  # for the pre-roll of the next utterance
         self._chunks: list[np.ndarray] = []
         self._samples = 0
         self._buffer_start_ms = 0
@@ -109,12 +109,7 @@ class StreamingTranscriber:
 
     def push_audio(self, pcm: np.ndarray, start_ms: int) -> None:
         """16 kHz mono float32 audio in order; kept for the pre-roll and, during speech, in the buffer."""
-        chunk_ms = len(pcm) * 1000 // SAMPLE_RATE
-        self._recent.append((start_ms, pcm))
-        self._recent_ms += chunk_ms
-        while self._recent and self._recent_ms - len(self._recent[0][1]) * 1000 // SAMPLE_RATE >= 1000:
-            _, old = self._recent.popleft()
-            self._recent_ms -= len(old) * 1000 // SAMPLE_RATE
+        self._recent.push(pcm, start_ms)
         if self._active and self._ending_at is None:
             self._append(pcm)
 
@@ -147,15 +142,10 @@ class StreamingTranscriber:
         self._error_reported = False
         self._utterance_language = self.config.language
         self._segment_id = f"seg_{next(_segment_ids)}"
-        self._chunks, self._samples = [], 0
         from_ms = start_ms - self.config.preroll_ms
-        first: int | None = None
-        for chunk_start, pcm in self._recent:
-            chunk_end = chunk_start + len(pcm) * 1000 // SAMPLE_RATE
-            if chunk_end > from_ms:
-                first = chunk_start if first is None else first
-                self._append(pcm)
-        self._buffer_start_ms = first if first is not None else start_ms
+        preroll = self._recent.slice(from_ms, self._recent.end_ms)
+        self._chunks, self._samples = ([preroll], len(preroll)) if len(preroll) else ([], 0)
+        self._buffer_start_ms = max(from_ms, self._recent.start_ms) if len(preroll) else start_ms
         self._segment_start_ms = start_ms
         self._last_decode_at_ms = start_ms
         self.emit(SpeechStarted(audio_start_ms=start_ms))
