@@ -111,6 +111,8 @@ class Settings:
     llm_model: str = _opt("", "LLM model: empty = the packaged SmolLM2-135M-Instruct; a .gguf or transformers "
                               "folder; or the remote server's model name (empty = its first model).", "engines")
     llm_api_key: str = _opt("", "API key for the remote LLM server.", "engines", secret=True)
+    llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int8 decode steps and bfloat16 prompts on "
+                                      "CPUs with native bf16, else float32), float32, bfloat16 or int8.", "engines")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "
@@ -242,6 +244,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("asr_device must be cpu, cuda or auto")
     if not 0.0 < settings.vad_threshold < 1.0:
         raise SettingsError("vad_threshold must be between 0 and 1")
+    if settings.llm_precision not in ("auto", "float32", "bfloat16", "int8"):
+        raise SettingsError("llm_precision must be auto, float32, bfloat16 or int8")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")
 

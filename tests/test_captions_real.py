@@ -105,7 +105,7 @@ async def test_short_window_matches_the_full_window(start_server):
             audio = synthesize(sentence, 16000).astype(np.float32) / 32768
             short = await worker.call("asr", TranscribeRequest(audio, language="en"))
             full = await worker.call("asr", TranscribeRequest(audio, language="en", full_window=True))
-            assert short.window_s == 8 and full.window_s == 30
+            assert short.window_s < 8 and full.window_s == 30
             assert wer(full.text, short.text) <= 0.1, (short.text, full.text)
             shorts.append(short.text)
             fulls.append(full.text)

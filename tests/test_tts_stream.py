@@ -150,3 +150,15 @@ def test_spoken_text_for_barge_in_truncation() -> None:
     assert spoken_text(clauses, 1.1) == "Sure! The weather"  # 30% of the second clause: its first 8 characters
     assert spoken_text(clauses, 2.5) == "Sure! The weather is sunny today."
     assert spoken_text(clauses, 99.0) == "Sure! The weather is sunny today. Bye."
+
+
+def test_trimmed_cuts_silence_at_either_end() -> None:
+    pcm = np.concatenate([np.zeros(500, np.int16), np.full(100, 4000, np.int16), np.zeros(300, np.int16)])
+    speech = Synthesis(pcm=pcm, sample_rate=1000, text="a", voice="v")
+    lead = speech.trimmed(lead_ms=10)
+    assert len(lead.pcm) == 10 + 100 + 300 and lead.pcm[10] == 4000
+    both = speech.trimmed(lead_ms=0, tail_ms=40)
+    assert len(both.pcm) == 100 + 40 and both.pcm[0] == 4000
+    assert speech.trimmed() is speech and speech.trimmed(lead_ms=600) is speech  # nothing to cut
+    quiet = Synthesis(pcm=np.zeros(100, np.int16), sample_rate=1000, text="", voice="v")
+    assert quiet.trimmed(lead_ms=0, tail_ms=0) is quiet

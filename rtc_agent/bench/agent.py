@@ -128,7 +128,8 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
     speaker = Speaker()
     v2v, stages, barge = [], [], []
     skipped_barge_ins = 0
-    async with local_server(**server_overrides) as (base_url, _app):
+    async with local_server(**server_overrides) as server:
+        base_url = server.base_url
         peer = ClientPeer(base_url, "agent", config=config, audio=speaker.track)
         await peer.connect()
         try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -156,16 +155,13 @@ async def run(audio: str | None, script: str | None, reference: str | None, sess
     counts = sorted({n for n in (1, 2, 4, 8, 16) if n < sessions} | {sessions})
     by_count: dict[str, Any] = {}
     first: dict[str, Any] | None = None
-    async with local_server() as (base_url, app):
-        from rtc_agent.server.keys import WORKER
-
-        worker = app[WORKER]
+    async with local_server() as server:
         for n in counts:
-            before = worker.stats()["asr"]
-            cpu0, wall0 = _cpu_seconds(), time.monotonic()
-            runs = await stream_sessions(base_url, pcm48, n, language)
-            cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
-            after = worker.stats()["asr"]
+            before = await server.engine_stats("asr")
+            cpu0, wall0 = server.cpu_seconds(), time.monotonic()
+            runs = await stream_sessions(server.base_url, pcm48, n, language)
+            cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
+            after = await server.engine_stats("asr")
             scores = [score_session(r, ends, reference) for r in runs]
             busy_s = (_busy_ms(after) - _busy_ms(before)) / 1000
             worst = max((s["final_latency_ms"]["max"] or 0) for s in scores) / 1000
@@ -226,11 +222,6 @@ def load_audio_array(pcm48: np.ndarray) -> np.ndarray:
 
 def _busy_ms(stats: dict[str, Any]) -> float:
     return (stats["mean_run_ms"] or 0) * stats["batches"]
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

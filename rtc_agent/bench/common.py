@@ -1,8 +1,9 @@
-"""Pieces every benchmark shares: percentiles, the machine description, JSON output, an in-process server, and
-text scoring."""
+"""Pieces every benchmark shares: percentiles, the machine description, JSON output, a server process, and text
+scoring."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import math
@@ -11,6 +12,7 @@ import platform
 import re
 import socket
 import sys
+import time
 import unicodedata
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -55,27 +57,83 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@asynccontextmanager
-async def local_server(**overrides: Any) -> AsyncIterator[tuple[str, Any]]:
-    """A real rtc-agent server on a free loopback port with its engines loaded: ``(base_url, app)``."""
-    from aiohttp import web
+class ServerProcess:
+    """A running ``rtc-agent serve`` child process: its URL, its ``/health`` and the CPU time it used."""
 
-    from rtc_agent.config import Settings
-    from rtc_agent.server import create_app
-    from rtc_agent.server.keys import WORKER
+    def __init__(self, process: asyncio.subprocess.Process, base_url: str) -> None:
+        self.process = process
+        self.base_url = base_url
+
+    async def health(self) -> dict[str, Any]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http, http.get(self.base_url + "/health") as response:
+            response.raise_for_status()
+            return await response.json()
+
+    async def engine_stats(self, name: str) -> dict[str, Any]:
+        return (await self.health())["engines"][name]
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the server process so far (Linux ``/proc``; 0.0 elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@asynccontextmanager
+async def local_server(*, load_timeout_s: float = 600.0, **overrides: Any) -> AsyncIterator[ServerProcess]:
+    """A real rtc-agent server in its own process on a free loopback port, every engine loaded.
+
+    The server runs apart from the benchmark's peers, as it does in deployment: the peers' media work does not
+    share the server's interpreter lock. ``overrides`` are settings (passed as ``RTC_AGENT_*`` variables); the
+    server's log goes to this process's stderr.
+    """
+    from rtc_agent.config import ENV_PREFIX, Settings
+    from rtc_agent.engines import engine_specs
 
     port = free_port()
-    settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **{"preload": [], **overrides})
-    app = create_app(settings)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    settings = dataclasses.replace(Settings(), **overrides)
+    names = [spec.name for spec in engine_specs(settings)]
+    env = {**os.environ, **{ENV_PREFIX + k.upper(): ",".join(v) if isinstance(v, list) else str(v)
+                            for k, v in overrides.items()}}
+    env[ENV_PREFIX + "PRELOAD"] = ",".join(names)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rtc_agent", "serve", "--host", "127.0.0.1", "--port", str(port), env=env)
+    server = ServerProcess(process, f"http://127.0.0.1:{port}")
     try:
-        for name in app[WORKER].names():
-            await app[WORKER].load(name)
-        yield f"http://127.0.0.1:{port}", app
+        await _wait_loaded(server, names, load_timeout_s)
+        yield server
     finally:
-        await runner.cleanup()
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def _wait_loaded(server: ServerProcess, names: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.process.returncode is not None:
+            raise RuntimeError(f"the server exited with status {server.process.returncode} while starting")
+        try:
+            engines = (await server.health())["engines"]
+            failed = [f"{n} ({engines[n]['progress']})" for n in names
+                      if str(engines.get(n, {}).get("progress", "")).startswith("load failed")]
+            if failed:
+                raise RuntimeError(f"engines failed to load: {'; '.join(failed)}")
+            if all(engines.get(n, {}).get("loaded") for n in names):
+                return
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the server did not load its engines within {timeout_s:.0f} s")
+        await asyncio.sleep(0.25)
 
 
 _PUNCT = re.compile(r"[^\w\s']|(?<!\w)'|'(?!\w)")

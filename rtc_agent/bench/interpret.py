@@ -250,17 +250,13 @@ async def run(args: argparse.Namespace, reference: str | None) -> dict[str, Any]
     spans = speech_spans(pcm16)
     offline, offline_s = offline_translation(pcm16, language)
     config = {"source_language": args.source_language, "target_language": args.target_language}
-    async with local_server() as (base_url, app):
+    async with local_server() as server:
         if args.via == "http":
             from rtc_agent.engines.tts.base import encode_wav
 
-            result = await stream_http(base_url, encode_wav(pcm16, 16000), config)
+            result = await stream_http(server.base_url, encode_wav(pcm16, 16000), config)
         else:
-            from rtc_agent.server.keys import WORKER
-
-            await app[WORKER].load("tts")
-            pcm48 = load_audio_48k(pcm16)
-            result = await stream_peer(base_url, pcm48, config)
+            result = await stream_peer(server.base_url, load_audio_48k(pcm16), config)
     events = result["events"]
     words = emitted_words(events, result["sent_at"])
     text = " ".join(w for w, _, _ in words)

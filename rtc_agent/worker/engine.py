@@ -55,6 +55,9 @@ class EngineSpec:
     - ``concurrency``: batches running at once, each in its own thread.
     - ``capacity``: lease slots (see :meth:`Worker.lease`), e.g. one realtime VLM session per model instance;
       ``None`` means unlimited.
+    - ``yields_to``: engine names this engine's long jobs step aside for (see
+      :mod:`~rtc_agent.worker.priority`): an engine with a ``checkpoint`` attribute gets a function it calls
+      between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch.
     """
 
     name: str
@@ -64,6 +67,8 @@ class EngineSpec:
     batch_window_ms: float = 0.0
     concurrency: int = 1
     capacity: int | None = None
+    yields_to: tuple[str, ...] = ()
+    yield_max_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.name:

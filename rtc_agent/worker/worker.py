@@ -31,6 +31,7 @@ from typing import Any
 from rtc_agent.errors import AgentError, AtCapacity, EngineError
 from rtc_agent.metrics import Metrics
 from rtc_agent.worker.engine import Engine, EngineSpec
+from rtc_agent.worker.priority import PriorityGate
 
 logger = logging.getLogger("rtc_agent.worker")
 
@@ -76,11 +77,13 @@ def _close_quietly(name: str, engine: Any) -> None:
         logger.exception("engine %s: close failed", name)
 
 
-def _run_in_thread(engine: Engine, requests: list[Any]) -> tuple[Any, float, float]:
+def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate,
+                   name: str) -> tuple[Any, float, float]:
     """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times."""
     start = time.monotonic()
     try:
-        outcome: Any = engine.run_batch(requests)
+        with gate.running(name):
+            outcome: Any = engine.run_batch(requests)
     except Exception as exc:
         outcome = exc
     return outcome, start, time.monotonic()
@@ -207,6 +210,7 @@ class Worker:
         self.metrics = metrics if metrics is not None else Metrics()
         self._slots: dict[str, _Slot] = {}
         self._closed = False
+        self.priority = PriorityGate()
 
     # registration -------------------------------------------------------------------------------------------
 
@@ -278,6 +282,9 @@ class Worker:
 
         def build() -> Engine:
             engine = slot.spec.factory()
+            if slot.spec.yields_to and hasattr(engine, "checkpoint"):
+                engine.checkpoint = self.priority.checkpoint_for(  # type: ignore[attr-defined]
+                    slot.spec.yields_to, slot.spec.yield_max_s)
             try:
                 engine.load(progress)
             except BaseException:
@@ -440,7 +447,7 @@ class Worker:
         slot.in_flight += n
         try:
             outcome, start, end = await asyncio.get_running_loop().run_in_executor(
-                slot.executor, _run_in_thread, engine, [p.request for p in batch]
+                slot.executor, _run_in_thread, engine, [p.request for p in batch], self.priority, name
             )
         except asyncio.CancelledError:
             self._fail(slot, batch, lambda: _closed_error(name))

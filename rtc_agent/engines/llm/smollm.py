@@ -9,7 +9,12 @@ loading the cache does not.
 
 Generation is a token loop with a KV cache in the calling thread: it checks the cancel token before every
 token, decodes text incrementally (never splitting a UTF-8 character), holds back text that may be the start of a
-stop string, and reports usage and finish reason like a server would.
+stop string, and reports usage and finish reason like a server would. The KV cache of the last generation is kept
+with the token ids it holds: the next prompt only computes the tokens after their common prefix (a conversation's
+next turn, or a second response to the same turn, skips the system prompt and history).
+
+Precision (``precision``, see :mod:`rtc_agent.engines.llm.precision`): ``auto`` runs bfloat16 prompts and int8
+decode steps on CPUs with native bf16, float32 elsewhere.
 
 Tools: SmolLM2's chat template knows no tools, so tools are described in the system message the way Qwen/Hermes
 templates do it (``<tools>`` JSON and the ``<tool_call>`` answer format), assistant tool calls are rendered back
@@ -38,6 +43,7 @@ from typing import Any
 
 from rtc_agent.engines.assets import package_file
 from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage, partial_marker_len
+from rtc_agent.engines.llm.precision import model_dtype, quantize_decode_linears, resolve_precision
 from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -127,18 +133,29 @@ class SmolLMEngine(ChatEngine):
     - ``repetition_penalty``: applied at every step (1.0 turns it off); helps a 135M model not loop.
     - ``threads``: torch intra-op threads (process-wide; None leaves torch's default).
     - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
+    - ``precision``: ``auto``, ``float32``, ``bfloat16`` or ``int8`` (see :mod:`~rtc_agent.engines.llm.precision`).
+    - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens.
 
-    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "load_s", "warmup_s"}``.
+    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "precision", "load_s",
+    "warmup_s"}``. ``reused_tokens`` counts prompt tokens served from the prefix cache.
     Errors: ``EngineError(code="context_length_exceeded", status=400)`` when the prompt does not fit.
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
-                 repetition_penalty: float = 1.1, threads: int | None = None, warmup: bool = True) -> None:
+                 repetition_penalty: float = 1.1, threads: int | None = None, warmup: bool = True,
+                 precision: str = "auto", prefix_cache: bool = True) -> None:
         self.model_path = Path(model) if model else None
         self.cache_dir = Path(cache_dir)
         self.repetition_penalty = repetition_penalty
         self.threads = threads
         self.warmup = warmup
+        self.precision = precision
+        self.prefix_cache = prefix_cache
+        self.reused_tokens = 0
+        self._cached_ids: list[int] = []  # the tokens whose keys and values ``_cached_past`` holds
+        self._cached_past: Any = None
+        #: Called before every token; the worker sets it to step aside for latency-critical engines.
+        self.checkpoint: Callable[[], object] = lambda: None
         self.model_name = "SmolLM2-135M-Instruct" if self.model_path is None else self.model_path.stem
         self.load_info: dict[str, Any] = {}
         self._model: Any = None
@@ -162,6 +179,10 @@ class SmolLMEngine(ChatEngine):
         self._torch = torch
         if self.threads:
             torch.set_num_threads(self.threads)
+        try:
+            self.precision = resolve_precision(self.precision, torch)
+        except ValueError as exc:
+            raise EngineError(str(exc), code="engine_load_failed") from None
         source = self.model_path
         if source is None:
             source = package_file(*DEFAULT_GGUF)
@@ -175,6 +196,7 @@ class SmolLMEngine(ChatEngine):
             raise EngineError(f"LLM model {source} is neither a .gguf file nor a model folder",
                               code="engine_load_failed")
         self._prepare()
+        info["precision"] = self.precision
         info["load_s"] = round(time.monotonic() - start, 3)
         progress(f"{self.model_name} ready from the {info['source']} in {info['load_s']:.2f} s")
         if self.warmup:
@@ -199,18 +221,19 @@ class SmolLMEngine(ChatEngine):
         self._convert(gguf, cache, progress)
         return {"source": "gguf", "path": str(cache)}
 
-    def _dtype_kwargs(self) -> dict[str, Any]:
+    def _dtype_kwargs(self, dtype: Any) -> dict[str, Any]:
         import transformers
 
         major = int(transformers.__version__.split(".")[0])
-        return {"dtype" if major >= 5 else "torch_dtype": self._torch.float32}
+        return {"dtype" if major >= 5 else "torch_dtype": dtype}
 
     def _load_folder(self, folder: Path) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         with _quiet_progress_bars():
             self._tokenizer = AutoTokenizer.from_pretrained(folder)
-            self._model = AutoModelForCausalLM.from_pretrained(folder, **self._dtype_kwargs())
+            self._model = AutoModelForCausalLM.from_pretrained(
+                folder, **self._dtype_kwargs(model_dtype(self.precision, self._torch)))
 
     def _convert(self, gguf: Path, cache: Path, progress: Callable[[str], None]) -> None:
         if importlib.util.find_spec("accelerate") is None:
@@ -220,7 +243,7 @@ class SmolLMEngine(ChatEngine):
             )
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        kwargs = self._dtype_kwargs()
+        kwargs = self._dtype_kwargs(self._torch.float32)  # the cache keeps float32; cast after saving
         try:
             from transformers import GgufConfig
 
@@ -263,11 +286,13 @@ class SmolLMEngine(ChatEngine):
             progress(f"saved the converted model in {time.monotonic() - t1:.1f} s")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        self._tokenizer, self._model = tokenizer, model
+        self._tokenizer, self._model = tokenizer, model.to(model_dtype(self.precision, self._torch))
 
     def _prepare(self) -> None:
         model, tok = self._model, self._tokenizer
         model.eval()
+        if self.precision == "int8":
+            quantize_decode_linears(model, self._torch)
         eos: set[int] = set()
         for value in (tok.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
             if isinstance(value, int):
@@ -287,6 +312,7 @@ class SmolLMEngine(ChatEngine):
     def close(self) -> None:
         self._model = None
         self._tokenizer = None
+        self._forget_cache()
 
     # generation -----------------------------------------------------------------------------------------------
 
@@ -319,8 +345,10 @@ class SmolLMEngine(ChatEngine):
         sampling = request.temperature is not None and request.temperature > 0
         processors = self._processors(request, sampling)
         all_ids = torch.tensor([prompt], dtype=torch.long)
-        step_input = all_ids
-        past = None
+        past, reused = self._take_cache(prompt)
+        self.reused_tokens += reused
+        step_input = all_ids[:, reused:]
+        fed: list[int] = prompt[:reused]
         generated: list[int] = []
         emitted = ""
         finish = "length"
@@ -328,9 +356,19 @@ class SmolLMEngine(ChatEngine):
             if cancel.cancelled:
                 finish = "cancelled"
                 break
+            self.checkpoint()
+            if cancel.cancelled:
+                finish = "cancelled"
+                break
             with torch.inference_mode():
-                out = model(input_ids=step_input, use_cache=True, **{self._cache_arg: past})
+                try:
+                    out = model(input_ids=step_input, use_cache=True, **{self._cache_arg: past})
+                except BaseException:
+                    self._forget_cache()  # a forward that failed halfway may have updated some layers
+                    raise
                 past = getattr(out, self._cache_arg, None)
+                fed.extend(step_input[0].tolist())
+                self._keep_cache(fed, past)
                 logits = out.logits[:, -1, :].float()
                 for processor in processors:
                     logits = processor(all_ids, logits)
@@ -367,6 +405,34 @@ class SmolLMEngine(ChatEngine):
                 yield ChatDelta(text=final[len(emitted):])
         yield ChatDelta(finish_reason=finish, usage=Usage(prompt_tokens=len(prompt),
                                                           completion_tokens=len(generated)))
+
+    def _take_cache(self, prompt: list[int]) -> tuple[Any, int]:
+        """The kept KV cache cut to its common prefix with ``prompt`` and that prefix's length (None, 0 if none).
+
+        At least the prompt's last token is left to compute: its logits choose the first new token. The cache
+        is handed over (a failed generation must not leave a half-updated cache behind).
+        """
+        past, ids = self._cached_past, self._cached_ids
+        self._forget_cache()
+        if not self.prefix_cache or past is None:
+            return None, 0
+        common = 0
+        for a, b in zip(ids, prompt[:-1], strict=False):
+            if a != b:
+                break
+            common += 1
+        if common == 0 or not hasattr(past, "crop"):
+            return None, 0
+        if common < len(ids):
+            past.crop(common - len(ids))  # a negative count removes tokens from the end
+        return past, common
+
+    def _keep_cache(self, fed: list[int], past: Any) -> None:
+        if self.prefix_cache and past is not None:
+            self._cached_ids, self._cached_past = fed, past
+
+    def _forget_cache(self) -> None:
+        self._cached_ids, self._cached_past = [], None
 
     def _processors(self, request: ChatRequest, sampling: bool) -> list[Any]:
         from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper

@@ -18,6 +18,7 @@ Errors are :class:`~rtc_agent.errors.EngineError` instances with stable codes (t
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import struct
@@ -83,8 +84,8 @@ class Synthesis:
 
     - ``pcm``: int16 mono samples (1-D, C-contiguous) at ``sample_rate``. Nothing is trimmed: it keeps the voice's
       own short lead-in and trailing pause (Piper: about 40 ms and 0.25 s per sentence), so consecutive clauses
-      played back to back sound like one paced answer. Write it to ``SpeechOutput.start_utterance(sample_rate)``
-      as is; the track resamples to 48 kHz.
+      played back to back sound like one paced answer (:meth:`trimmed` shortens them). Write it to
+      ``SpeechOutput.start_utterance(sample_rate)``; the track resamples to 48 kHz.
     - ``text``, ``voice``, ``speed``: what was spoken, by which voice, at which speed.
     - ``compute_s``: wall time the engine spent on this request (synthesis or the HTTP round trip).
     """
@@ -96,6 +97,23 @@ class Synthesis:
     speed: float = 1.0
     compute_s: float = 0.0
     extra: dict[str, object] = field(default_factory=dict)
+
+    def trimmed(self, *, lead_ms: float | None = None, tail_ms: float | None = None,
+                level_dbfs: float = -50.0) -> Synthesis:
+        """A copy with the silence before the first (after the last) sample louder than ``level_dbfs`` cut to at
+        most ``lead_ms`` (``tail_ms``); ``None`` keeps that end as it is. All-quiet audio is returned unchanged."""
+        pcm = self.pcm
+        loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 32768 * 10 ** (level_dbfs / 20))
+        if not len(loud):
+            return self
+        start, stop = 0, len(pcm)
+        if lead_ms is not None:
+            start = max(0, int(loud[0]) - int(self.sample_rate * lead_ms / 1000))
+        if tail_ms is not None:
+            stop = min(len(pcm), int(loud[-1]) + 1 + int(self.sample_rate * tail_ms / 1000))
+        if (start, stop) == (0, len(pcm)):
+            return self
+        return dataclasses.replace(self, pcm=np.ascontiguousarray(pcm[start:stop]))
 
     @property
     def duration_s(self) -> float:
