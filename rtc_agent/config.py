@@ -62,9 +62,10 @@ class Settings:
     turn_credential: str = _opt("", "Static TURN password (when no turn secret is set).", "ice", secret=True)
     turn_ttl_s: int = _opt(24 * 3600, "Lifetime of generated TURN credentials in seconds.", "ice")
     ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
-    audio_jitter_frames: int = _opt(1, "Audio frames (20 ms) a receiver waits for after each one before decoding "
-                                       "it (aiortc's default is 4: 80 ms). Fewer: faster VAD; more: tolerates "
-                                       "reordering.", "media")
+    audio_jitter_frames: int = _opt(0, "Audio frames (20 ms) a receiver waits for after each one before decoding "
+                                       "it (aiortc's default is 4: 80 ms). 0 decodes each packet as it arrives "
+                                       "and drops reordered ones: the fastest VAD; more tolerates reordering.",
+                                    "media")
     video_fps: float = _opt(1.0, "Camera frames per second handed to the apps.", "media")
     video_max_edge: int = _opt(512, "Longest edge in pixels of frames handed to the apps.", "media")
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")

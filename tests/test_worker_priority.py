@@ -40,7 +40,7 @@ def test_gate_checkpoint_waits_while_busy_and_at_most_max_wait() -> None:
         assert gate.busy(["tts"]) and not gate.busy(["asr"])
         started = time.monotonic()
         waited = checkpoint()  # never released: returns after max_wait_s
-        assert 0.04 <= waited and time.monotonic() - started < 1.0
+        assert waited >= 0.04 and time.monotonic() - started < 1.0
     assert not gate.busy(["tts"])
 
     release = threading.Event()

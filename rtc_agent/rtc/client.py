@@ -40,7 +40,7 @@ class ClientPeer:
 
     def __init__(self, base_url: str, app: str, *, config: dict[str, Any] | None = None,
                  audio: MediaStreamTrack | None = None, video: MediaStreamTrack | None = None,
-                 receive_audio: bool = True, heartbeat_s: float | None = 2.0, audio_jitter_frames: int = 1,
+                 receive_audio: bool = True, heartbeat_s: float | None = 2.0, audio_jitter_frames: int = 0,
                  http: aiohttp.ClientSession | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.app = app

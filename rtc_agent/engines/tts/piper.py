@@ -62,6 +62,8 @@ class PiperEngine:
     - ``threads``: ONNX Runtime intra-op threads (``None``: its default, one per physical core).
     - ``max_chars``: longest text accepted in one request (``text_too_long`` above).
     - ``warmup``: synthesize one phrase during ``load`` so the first real request is as fast as the later ones.
+    - ``noise``: False turns off the voice's random variation (generator and phoneme-length noise), so the same
+      text always gives the same audio (benchmarks compare runs); a little flatter to the ear.
 
     Speed maps to Piper's ``length_scale`` (voice default / speed). Requests in one batch run one after the other;
     each failed request (``empty_text``, ``text_too_long``, ``unknown_voice``) becomes an ``EngineError`` in its
@@ -73,7 +75,7 @@ class PiperEngine:
 
     def __init__(self, model_path: str | Path | None = None, config_path: str | Path | None = None, *,
                  speed: float = 1.0, volume: float = 0.9, threads: int | None = None,
-                 max_chars: int = MAX_TEXT_CHARS, warmup: bool = True) -> None:
+                 max_chars: int = MAX_TEXT_CHARS, warmup: bool = True, noise: bool = True) -> None:
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise ValueError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
         if not 0.0 < volume <= 1.0:
@@ -89,6 +91,7 @@ class PiperEngine:
         self.threads = threads
         self.max_chars = max_chars
         self.warmup = warmup
+        self.noise = noise
         self.voice = (self._model_path.name.removesuffix(".onnx") if self._model_path
                       else DEFAULT_VOICE_FILE.removesuffix(".onnx"))
         self._piper: Any = None  # piper.PiperVoice once loaded
@@ -166,7 +169,8 @@ class PiperEngine:
         speaker = self._speaker_id(request.voice)
         speed = effective_speed(self.speed, request.speed)
         config = SynthesisConfig(speaker_id=speaker, length_scale=self._default_length_scale / speed,
-                                 volume=self.volume)
+                                 volume=self.volume, **({} if self.noise else {"noise_scale": 0.0,
+                                                                                "noise_w_scale": 0.0}))
         start = time.perf_counter()
         with self._lock:
             chunks = [chunk.audio_float_array for chunk in self._piper.synthesize(spoken, syn_config=config)]
