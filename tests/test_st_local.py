@@ -200,3 +200,47 @@ async def test_cascade_translates_recognized_clauses_with_the_llm(worker):
     assert messages[-1] == {"role": "user", "content": "El gobierno anunció un plan."}
     assert (results[-1].prompt_tokens, results[-1].completion_tokens) == (120, 6)
     assert translator.pairs == [("El gobierno anunció un plan.", "The government announced a plan.")]
+
+
+def test_quiet_tail_is_measured_in_20ms_frames() -> None:
+    from rtc_agent.engines.st.whisper import quiet_tail_s
+
+    loud = np.full(SR, 0.05, dtype=np.float32)
+    assert quiet_tail_s(loud) == 0.0
+    assert quiet_tail_s(np.concatenate([loud, np.zeros(SR // 2, np.float32)])) == pytest.approx(0.5)
+    assert quiet_tail_s(np.zeros(SR // 4, np.float32)) == pytest.approx(0.24)  # whole frames only
+    assert quiet_tail_s(np.zeros(10, np.float32)) == 0.0
+
+
+async def test_a_finished_sentence_followed_by_a_pause_is_emitted_without_waiting_for_agreement(worker):
+    def answer(r: TranscribeRequest) -> Transcript:
+        if r.duration_s < 2.0:
+            return Transcript(text="Yellow", segments=[Segment(0.0, r.duration_s, " Yellow")], prefix_applied=True,
+                              audio_s=r.duration_s)
+        return Transcript(text="Hello there. And", segments=[Segment(0.0, 1.8, " Hello there."),
+                                                             Segment(1.8, r.duration_s, " And")],
+                          prefix_applied=True, audio_s=r.duration_s)
+
+    add(worker, "asr", ScriptedWhisper(answer))
+    translator = WhisperTranslator(worker)
+    speech = np.full(1600 * SR // 1000, 0.05, dtype=np.float32)
+    first = TranslateRequest(history=(), audio=speech, start_ms=0, end_ms=1600, source_language="es")
+    assert (await translator.translate(first)).text == ""
+    pause = np.concatenate([np.full(300 * SR // 1000, 0.05, np.float32), np.zeros(500 * SR // 1000, np.float32)])
+    second = TranslateRequest(history=(Turn(speech, 0, 1600),), audio=pause, start_ms=1600, end_ms=2400,
+                              source_language="es")
+    assert (await translator.translate(second)).text == "Hello there."  # "And" is not finished: it waits
+
+
+async def test_a_flush_of_the_audio_just_decoded_reuses_that_hypothesis(worker):
+    whisper = add(worker, "asr", ScriptedWhisper(by_length({1.6: "The government", 2.4: "The government said"})))
+    dialogue = Dialogue(WhisperTranslator(worker))
+    await dialogue.turn(1600)
+    await dialogue.turn(800)
+    decodes = len(whisper.requests)
+    # the policy's flush: the history before the backlog plus the backlog's audio as one piece
+    backlog = dialogue.history[-1]
+    flush = TranslateRequest(history=tuple(dialogue.history[:-1]), audio=backlog.audio, start_ms=backlog.start_ms,
+                             end_ms=backlog.end_ms, source_language="es", flush=True, final=True)
+    assert (await dialogue.translator.translate(flush)).text == "said"
+    assert len(whisper.requests) == decodes  # no second decode of the same audio

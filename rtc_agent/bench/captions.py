@@ -37,7 +37,7 @@ def synthesize_script(script: str) -> np.ndarray:
     from rtc_agent.engines.tts.base import SynthesisRequest
     from rtc_agent.engines.tts.piper import PiperEngine
 
-    engine = PiperEngine()
+    engine = PiperEngine(noise=False)  # the same audio every run: runs stay comparable
     engine.load(lambda msg: None)
     parts = [np.zeros(24000, dtype=np.int16)]
     for line in [ln.strip() for ln in script.splitlines() if ln.strip()]:

@@ -24,6 +24,7 @@ the dialogue itself; a cut resets the stream.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,6 +43,20 @@ _SENTENCE_END = re.compile("[.!?\u2026\u3002\uff01\uff1f][\"')\\]\u00bb\u201d\u2
 
 
 agreed_prefix = common_prefix  # LocalAgreement: how many leading words two consecutive hypotheses share
+PAUSE_COMMIT_S = 0.4  # a quiet buffer end this long after a finished sentence commits that sentence
+SENTENCE_PAUSE_SLACK_S = 0.5  # how far before the pause Whisper's timestamp of the sentence end may lie
+QUIET_DBFS = -40.0
+
+
+def quiet_tail_s(audio: np.ndarray, frame_s: float = 0.02) -> float:
+    """Seconds of quiet (every 20 ms frame below ``QUIET_DBFS``) at the end of ``audio`` (float, -1..1)."""
+    frame = int(SAMPLE_RATE * frame_s)
+    frames = len(audio) // frame
+    if frames == 0:
+        return 0.0
+    tail = np.asarray(audio[len(audio) - frames * frame:], dtype=np.float32).reshape(frames, frame)
+    loud = np.flatnonzero(np.sqrt(np.mean(tail * tail, axis=1)) >= 10 ** (QUIET_DBFS / 20))
+    return (frames - (loud[-1] + 1 if len(loud) else 0)) * frame_s
 
 
 def ends_sentence(text: str) -> bool:
@@ -100,6 +115,9 @@ class WhisperStream:
         self.trim_ms: int | None = None  # audio before this point of the clock is not decoded again
         self._layout = _Layout()
         self._buffer_s = 0.0
+        self._quiet_tail_s = 0.0
+        self._built: tuple[Any, ...] | None = None  # what the request built last covers
+        self._decoded: tuple[Any, Transcript] | None = None  # (what it covered, hypothesis) of the last decode
         self.decodes = 0
 
     @property
@@ -129,6 +147,7 @@ class WhisperStream:
         self.committed = []
         self._hyps.clear()
         self.trim_ms = None
+        self._decoded = None
 
     def build(self, turns: list[Turn]) -> TranscribeRequest | None:
         """The decode request for the dialogue's audio after the trim point (``None`` when there is none)."""
@@ -160,8 +179,19 @@ class WhisperStream:
                              for s, o, n in layout.pieces if o + n > drop]
         self._layout = layout
         self._buffer_s = len(audio) / SAMPLE_RATE
-        return TranscribeRequest(audio=audio, language=self.language, task=self.task,
-                                 prefix=" ".join(self.committed) if self.force_prefix else "")
+        self._quiet_tail_s = quiet_tail_s(audio)
+        request = TranscribeRequest(audio=audio, language=self.language, task=self.task,
+                                    prefix=" ".join(self.committed) if self.force_prefix else "")
+        digest = hashlib.blake2b(audio.tobytes(), digest_size=16).digest()
+        self._built = (len(audio), digest, request.language, request.prefix)
+        return request
+
+    def cached(self) -> Transcript | None:
+        """The hypothesis of the last decode when the request built last is the same (a flush right after a
+        turn re-translates the audio that was just decoded: no second decode)."""
+        if self._decoded is not None and self._decoded[0] == self._built:
+            return self._decoded[1]
+        return None
 
     def _usable(self, t: Transcript) -> bool:
         if t.looks_repetitive:
@@ -177,6 +207,7 @@ class WhisperStream:
         if flush not in (None, "partial", "final"):
             raise ValueError(f"flush must be None, 'partial' or 'final', got {flush!r}")
         self.decodes += 1
+        self._decoded = (self._built, t)
         if self.fixed_language is None and t.language and (t.language_prob or 0) >= 0.5 and t.audio_s >= 1.0:
             self.detected_language = self.detected_language or t.language
         words = t.text.split() if self._usable(t) else []
@@ -205,6 +236,9 @@ class WhisperStream:
             # the surface form of the newer hypothesis, except for its last word (Whisper likes to end a
             # hypothesis of cut-off audio with a period that is not there once more audio arrives)
             newly = [source[i] if i == len(full) - 1 else full[i] for i in range(base, max(base, best))]
+            finished = self._finished_sentence(t, first, len(full))
+            if finished > base + len(newly):  # a sentence followed by a pause is as stable as it gets
+                newly = full[base:finished]
         self._hyps.append(full)
         self.committed.extend(newly)
         if flush == "final":
@@ -233,6 +267,15 @@ class WhisperStream:
                 if normalized[p:p + size] == tail:
                     return words[p + size:]
         return words[base:]
+
+    def _finished_sentence(self, t: Transcript, first: int, total: int) -> int:
+        """Words of the hypothesis through the last sentence that ends where a pause of at least
+        ``PAUSE_COMMIT_S`` closes the buffer (0 when there is none)."""
+        if self._quiet_tail_s < PAUSE_COMMIT_S:
+            return 0
+        end = self._sentence_end(t, first, total)
+        pause_start = self._buffer_s - self._quiet_tail_s
+        return end[0] if end is not None and end[1] >= pause_start - SENTENCE_PAUSE_SLACK_S else 0
 
     def _sentence_end(self, t: Transcript, first: int, total: int) -> tuple[int, float] | None:
         """``(words, seconds)``: where the last sentence Whisper finished and timestamped ends in the hypothesis
@@ -289,7 +332,7 @@ class WhisperTranslator:
 
     def __init__(self, worker: Any, engine: str = "asr", *, source_text: bool = False, timeout_s: float = 30.0,
                  agreement: int = 2, min_commit_ms: int = 1000, force_prefix: bool = False,
-                 trim_after_s: float = 15.0) -> None:
+                 trim_after_s: float = 8.0) -> None:
         self.worker = worker
         self.engine = engine
         self.timeout_s = timeout_s
@@ -322,6 +365,12 @@ class WhisperTranslator:
         if self.source is not None and self.source.language is None and self.target.detected_language:
             self.source.detected_language = self.target.detected_language
 
+    async def _decode(self, stream: WhisperStream, request: TranscribeRequest) -> Transcript:
+        cached = stream.cached()
+        if cached is not None:
+            return cached
+        return await self.worker.call(self.engine, request, timeout=self.timeout_s)
+
     async def translate(self, request: TranslateRequest) -> Translation:
         self._sync_language(request.source_language)
         turns = list(request.history)
@@ -331,7 +380,7 @@ class WhisperTranslator:
         calls = [(s, r) for s in streams if (r := s.build(turns)) is not None]
         if not calls:
             return Translation("", source_text="" if self.source is not None else None)
-        results = await asyncio.gather(*(self.worker.call(self.engine, r, timeout=self.timeout_s) for _, r in calls))
+        results = await asyncio.gather(*(self._decode(s, r) for s, r in calls))
         texts: dict[str, str] = {}
         prompt_tokens = completion_tokens = 0
         for (stream, req), transcript in zip(calls, results, strict=True):
