@@ -55,10 +55,9 @@ class EngineSpec:
     - ``concurrency``: batches running at once, each in its own thread.
     - ``capacity``: lease slots (see :meth:`Worker.lease`), e.g. one realtime VLM session per model instance;
       ``None`` means unlimited.
-    - ``yields_to``: engine names this engine steps aside for (see :mod:`~rtc_agent.worker.priority`): an engine
-      with a ``checkpoint`` attribute gets a function it calls between steps, which waits (at most
-      ``yield_max_s``) while any of those engines runs a batch; for any other engine, each batch waits so before
-      it starts.
+    - ``yields_to``: engine names this engine's long jobs step aside for (see
+      :mod:`~rtc_agent.worker.priority`): an engine with a ``checkpoint`` attribute gets a function it calls
+      between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch.
     """
 
     name: str

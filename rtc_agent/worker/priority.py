@@ -6,8 +6,8 @@ next token can wait a few milliseconds while the clause is synthesized.
 
 The worker marks an engine busy for each batch it runs (:meth:`PriorityGate.running`). An engine registered with
 ``EngineSpec.yields_to`` gets a ``checkpoint`` function (:meth:`PriorityGate.checkpoint_for`) that it calls
-between the steps of a long job (an engine without steps waits once before each batch): it returns once none of
-those engines is busy, or after ``max_wait_s`` at the latest, so a yielding job is slowed but never starved.
+between the steps of a long job: it returns once none of those engines is busy, or after ``max_wait_s`` at the
+latest, so a yielding job is slowed but never starved.
 """
 
 from __future__ import annotations

@@ -77,12 +77,9 @@ def _close_quietly(name: str, engine: Any) -> None:
         logger.exception("engine %s: close failed", name)
 
 
-def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate, name: str,
-                   before: Callable[[], object] | None) -> tuple[Any, float, float]:
-    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times.
-    ``before`` (a priority checkpoint) runs first; its wait does not count as run time."""
-    if before is not None:
-        before()
+def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate,
+                   name: str) -> tuple[Any, float, float]:
+    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times."""
     start = time.monotonic()
     try:
         with gate.running(name):
@@ -186,7 +183,6 @@ class _Slot:
         self.batches: set[asyncio.Task[None]] = set()
         self.in_flight = 0
         self.leases = 0
-        self.batch_checkpoint: Callable[[], object] | None = None  # see EngineSpec.yields_to
         # counters
         self.calls = 0
         self.errors = 0
@@ -286,12 +282,9 @@ class Worker:
 
         def build() -> Engine:
             engine = slot.spec.factory()
-            if slot.spec.yields_to:
-                checkpoint = self.priority.checkpoint_for(slot.spec.yields_to, slot.spec.yield_max_s)
-                if hasattr(engine, "checkpoint"):  # the engine steps aside between its own steps
-                    engine.checkpoint = checkpoint  # type: ignore[attr-defined]
-                else:  # else each batch waits before it starts
-                    slot.batch_checkpoint = checkpoint
+            if slot.spec.yields_to and hasattr(engine, "checkpoint"):
+                engine.checkpoint = self.priority.checkpoint_for(  # type: ignore[attr-defined]
+                    slot.spec.yields_to, slot.spec.yield_max_s)
             try:
                 engine.load(progress)
             except BaseException:
@@ -454,8 +447,7 @@ class Worker:
         slot.in_flight += n
         try:
             outcome, start, end = await asyncio.get_running_loop().run_in_executor(
-                slot.executor, _run_in_thread, engine, [p.request for p in batch], self.priority, name,
-                slot.batch_checkpoint,
+                slot.executor, _run_in_thread, engine, [p.request for p in batch], self.priority, name
             )
         except asyncio.CancelledError:
             self._fail(slot, batch, lambda: _closed_error(name))

@@ -99,7 +99,7 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
             raise SettingsError(f"tts_threads must be >= 0, got {threads}")
         # on the same CPU, a recognition (captions, a user turn, an interpretation chunk) starts first
         return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads), max_queue=64,
-                          max_batch=1, concurrency=1, yields_to=("asr",), yield_max_s=0.3)
+                          max_batch=1, concurrency=1)
     if kind == "openai":
         if not settings.tts_url.strip():
             raise SettingsError("tts_engine 'openai' needs tts_url (e.g. --tts-url http://host:8000/v1)")
