@@ -22,9 +22,9 @@ from rtc_agent.apps.vision_session import (
     SessionBusy,
     SessionSlot,
     TokenPacer,
-    VisionOutput,
     frame_wrapper,
 )
+from tests.polling import collect, wait_until
 
 SIL = 256
 ELL = 257
@@ -107,38 +107,10 @@ class ScriptedSource:
         self.closed = True
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
 
 
-def read_outputs(session: RealtimeVisionSession, until: Callable[[list[str]], bool],
-                 timeout: float = 5.0) -> list[str]:
-    out: list[str] = []
-    deadline = time.monotonic() + timeout
-    while not until(out):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"outputs so far: {out!r}")
-        item = session.poll_output(timeout=0.05)
-        if item is not None:
-            out.append(item)
-    return out
 
 
-def read_events(session: RealtimeVisionSession, until: Callable[[list[VisionOutput]], bool],
-                timeout: float = 5.0) -> list[VisionOutput]:
-    out: list[VisionOutput] = []
-    deadline = time.monotonic() + timeout
-    while not until(out):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"events so far: {out!r}")
-        item = session.poll_event(timeout=0.05)
-        if item is not None:
-            out.append(item)
-    return out
 
 
 def make(source: ScriptedSource, **kwargs) -> RealtimeVisionSession:
@@ -266,7 +238,7 @@ def test_silence_parks_the_loop_until_new_input() -> None:
     session = make(source)
     try:
         session.start()
-        out = read_outputs(session, lambda o: SILENCE in o)
+        out = collect(session.poll_output, lambda o: SILENCE in o)
         assert "".join(o for o in out if o != SILENCE) == "hi"
         wait_until(lambda: session.parked)
         calls = source.calls
@@ -286,7 +258,7 @@ def test_ellipsis_token_is_suppressed() -> None:
     session = make(source)
     try:
         session.start()
-        out = read_outputs(session, lambda o: SILENCE in o)
+        out = collect(session.poll_output, lambda o: SILENCE in o)
         assert out == ["a", "b", SILENCE]
         assert all(ELL in s for s in source.suppress_seen)
         assert not any(ELLIPSIS in o for o in out)
@@ -301,9 +273,9 @@ def test_prompt_opens_a_round_that_ends_when_the_model_goes_silent() -> None:
     session = make(source)
     try:
         session.start()
-        read_outputs(session, lambda o: SILENCE in o)  # the first decision: silence
+        collect(session.poll_output, lambda o: SILENCE in o)  # the first decision: silence
         session.push_prompt("Is anyone there?")
-        out = read_outputs(session, lambda o: ROUND_END in o)
+        out = collect(session.poll_output, lambda o: ROUND_END in o)
         assert out == [ROUND_START, "Y", "e", "s", ".", SILENCE, ROUND_END]
         fed = source.fed[-1]
         assert fed.prompts == ("Is anyone there?",)
@@ -319,7 +291,7 @@ def test_prompt_with_frames_in_one_drain_inserts_the_silence_opener() -> None:
     try:
         session.push_prompt_frame("What is this?", "frame", 3.0)
         source.gate.set()
-        events = read_events(session, lambda o: any(e.kind == "round_end" for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "round_end" for e in o))
         start = next(i for i, e in enumerate(events) if e.kind == "round_start")
         assert events[start].prompt == "What is this?" and events[start].prompted
         assert events[start + 1].kind == "silence"  # the opener, reported right after the round start
@@ -342,9 +314,9 @@ def test_a_new_prompt_ends_the_open_round_first() -> None:
     session = make(source, max_tokens_per_turn=200)
     try:
         session.push_prompt("first")
-        read_events(session, lambda o: any(e.kind == "text" for e in o))
+        collect(session.poll_event, lambda o: any(e.kind == "text" for e in o))
         session.push_prompt("second")
-        events = read_events(session, lambda o: sum(e.kind == "round_end" for e in o) >= 2, timeout=10)
+        events = collect(session.poll_event, lambda o: sum(e.kind == "round_end" for e in o) >= 2, timeout=10)
         marks = [(e.kind, e.round, e.prompt) for e in events if e.kind in ("round_start", "round_end")]
         assert marks[0] == ("round_end", 1, None)
         assert marks[1] == ("round_start", 2, "second")
@@ -358,7 +330,7 @@ def test_spontaneous_commentary_is_an_unprompted_round_in_events_only() -> None:
     session = make(source)
     try:
         session.start()
-        events = read_events(session, lambda o: any(e.kind == "round_end" for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "round_end" for e in o))
         assert [(e.kind, e.prompted) for e in events] == [
             ("round_start", False), ("text", False), ("silence", False), ("round_end", False)]
         assert events[1].round == 1
@@ -369,7 +341,7 @@ def test_spontaneous_commentary_is_an_unprompted_round_in_events_only() -> None:
     session = make(source)
     try:
         session.start()
-        assert read_outputs(session, lambda o: SILENCE in o) == ["x", SILENCE]
+        assert collect(session.poll_output, lambda o: SILENCE in o) == ["x", SILENCE]
     finally:
         session.close()
 
@@ -401,7 +373,7 @@ def test_close_ends_an_open_round() -> None:
     source = ScriptedSource(answer="z" * 500)
     session = make(source, max_tokens_per_turn=100)
     session.push_prompt("talk")
-    read_outputs(session, lambda o: len(o) >= 3)
+    collect(session.poll_output, lambda o: len(o) >= 3)
     session.close()
     rest = list(session.stream_outputs(poll_interval=0.01))
     assert rest[-1] == ROUND_END
@@ -426,7 +398,7 @@ def test_max_tokens_per_turn_paces_decoding_and_defaults_to_12() -> None:
     session = RealtimeVisionSession(source, max_tokens_per_turn=200, clock=lambda: frozen[0])
     try:
         session.start()
-        read_outputs(session, lambda o: SILENCE in o)
+        collect(session.poll_output, lambda o: SILENCE in o)
         wait_until(lambda: session.parked)
         assert source.calls == 10
         assert session.pacing_wait_s == pytest.approx(10 * (1 / 200))
@@ -442,7 +414,7 @@ def test_multibyte_characters_are_only_emitted_whole() -> None:
     session = make(source)
     try:
         session.start()
-        out = read_outputs(session, lambda o: SILENCE in o)
+        out = collect(session.poll_output, lambda o: SILENCE in o)
         pieces = out[:-1]
         assert "".join(pieces) == text
         assert not any("\ufffd" in p for p in pieces)

@@ -13,7 +13,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,10 +21,11 @@ import pytest
 from aiohttp import WSMsgType, web
 from PIL import Image
 
-from rtc_agent.apps.vision_session import ROUND_END, ROUND_START, SILENCE, SessionBusy, SessionOptions, VisionOutput
+from rtc_agent.apps.vision_session import ROUND_END, ROUND_START, SILENCE, SessionBusy, SessionOptions
 from rtc_agent.config import Settings, SettingsError
 from rtc_agent.engines.vlm import ENGINE_NAME, engine_spec
 from rtc_agent.engines.vlm.remote import RemoteSessionError, RemoteVisionSession, RemoteVLMEngine, realtime_url
+from tests.polling import collect, wait_until
 
 
 class FakeServices:
@@ -207,23 +208,8 @@ def frame() -> np.ndarray:
     return np.full((48, 64, 3), 90, np.uint8)
 
 
-def events_until(session: RemoteVisionSession, done: Callable[[list[VisionOutput]], bool],
-                 timeout: float = 5.0) -> list[VisionOutput]:
-    out: list[VisionOutput] = []
-    deadline = time.monotonic() + timeout
-    while not done(out):
-        assert time.monotonic() < deadline, f"events so far: {out}"
-        item = session.poll_event(timeout=0.05)
-        if item is not None:
-            out.append(item)
-    return out
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
 
 
 OPTIONS = SessionOptions(initial_prompt="Describe changes.", system_prompt="Be brief.", frame_queue_size=4,
@@ -238,7 +224,7 @@ def test_frames_prompts_and_outputs(service: tuple[FakeServices, str], protocol:
         assert session.active
         for ts in (0.0, 1.0, 2.0, 3.0):
             assert session.push_frame(frame(), ts) is False
-        events = events_until(session, lambda o: sum(e.kind == "silence" for e in o) >= (5 if protocol == "moss"
+        events = collect(session.poll_event, lambda o: sum(e.kind == "silence" for e in o) >= (5 if protocol == "moss"
                                                                                             else 4))
         text = [e for e in events if e.kind == "text"]
         assert "".join(e.text for e in text) == "A cat appeared."
@@ -246,7 +232,7 @@ def test_frames_prompts_and_outputs(service: tuple[FakeServices, str], protocol:
         assert [e.kind for e in events].count("round_start") == 1 and not events[0].prompted
 
         session.push_prompt("Is it still there?")
-        events = events_until(session, lambda o: any(e.kind == "round_end" and e.prompted for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "round_end" and e.prompted for e in o))
         start = next(e for e in events if e.kind == "round_start")
         assert start.prompted and start.prompt == "Is it still there?"
         assert "".join(e.text for e in events if e.kind == "text") == "Yes, I see"
@@ -311,7 +297,7 @@ def test_a_service_error_fails_the_session_with_round_end(service: tuple[FakeSer
     session.start()
     session.push_prompt("boom")
     with pytest.raises(RuntimeError, match="realtime generation failed") as info:
-        events_until(session, lambda o: False)
+        collect(session.poll_event, lambda o: False)
     assert isinstance(info.value.__cause__, RemoteSessionError)
     assert "CUDA out of memory" in str(info.value.__cause__)
     with pytest.raises(RuntimeError):

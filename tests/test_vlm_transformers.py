@@ -19,7 +19,6 @@ import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,9 @@ from rtc_agent.apps.vision_session import (
     RealtimeVisionSession,
     SessionBusy,
     SessionOptions,
-    VisionOutput,
 )
 from rtc_agent.engines.vlm.transformers_vlm import MossNativeSession, TransformersTokenSource, TransformersVLMEngine
+from tests.polling import collect, wait_until
 
 CHAT_TEMPLATE = (
     "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if message['content'][0]['type'] "
@@ -125,25 +124,11 @@ def frame(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 255, (48, 64, 3), dtype=np.uint8)
 
 
-def events_until(session: Any, done: Callable[[list[VisionOutput]], bool], timeout: float = 20.0
-                 ) -> list[VisionOutput]:
-    out: list[VisionOutput] = []
-    deadline = time.monotonic() + timeout
-    while not done(out):
-        assert time.monotonic() < deadline, f"events so far: {out}"
-        item = session.poll_event(timeout=0.05)
-        if item is not None:
-            out.append(item)
-    return out
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
 
 
+SLOW = 20.0  # seconds: a real (tiny) model on a busy CI machine
 OPTIONS = SessionOptions(initial_prompt="Describe changes.", system_prompt="Be brief.", max_tokens_per_turn=1000,
                          max_new_tokens=12)
 
@@ -161,20 +146,20 @@ def test_random_tiny_model_runs_through_the_session(tiny_vlm: Path) -> None:
     assert source.chat_format.frame(1.25) == (
         "<|vision_start|><|time_start|>1.2 seconds<|time_end|><image><|vision_end|>")
     with session:
-        wait_until(lambda: session.parked)  # a model without silence waits for the first frame
+        wait_until(lambda: session.parked, timeout=SLOW)  # a model without silence waits for the first frame
         assert source.context_tokens == 0
         before = source._initial_ids.shape[1]
         session.push_frame(frame(1), 1.0)
         session.push_frame(frame(2), 2.0)
-        wait_until(lambda: session.parked and session.counters["tokens"] > 0)
+        wait_until(lambda: session.parked and session.counters["tokens"] > 0, timeout=SLOW)
         # the prefill, two frames (wrapper text + 6 image tokens each) and the decoded tokens are in the cache
         assert source.context_tokens >= before + 2 * (6 + len("<|vision_start|>")) + session.counters["tokens"] - 1
-        spontaneous = events_until(session, lambda o: any(e.kind == "text" for e in o))
+        spontaneous = collect(session.poll_event, lambda o: any(e.kind == "text" for e in o), timeout=SLOW)
         assert not spontaneous[0].prompted and spontaneous[0].frame_ts in (1.0, 2.0)
         while session.poll_event(0.0) is not None:
             pass
         session.push_prompt("What changed?")
-        events = events_until(session, lambda o: any(e.kind == "text" and e.prompted for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "text" and e.prompted for e in o), timeout=SLOW)
         start = next(e for e in events if e.kind == "round_start" and e.prompted)
         assert start.prompt == "What changed?"
         assert all("\ufffd" not in e.text for e in events if e.kind == "text")
@@ -204,12 +189,12 @@ def test_end_of_turn_is_mapped_to_silence_and_turns_follow_the_template(tiny_vlm
             assert item is not None
             out.append(item)
         assert out == ["o", "k", SILENCE]
-        wait_until(lambda: session.parked)
+        wait_until(lambda: session.parked, timeout=SLOW)
         session.push_frame(frame(2), 2.0)
-        events = events_until(session, lambda o: any(e.kind == "silence" for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "silence" for e in o), timeout=SLOW)
         assert "".join(e.text for e in events if e.kind == "text") == "ok"
         assert all(e.frame_ts == 2.0 for e in events if e.kind != "round_end")
-        wait_until(lambda: session.parked)
+        wait_until(lambda: session.parked, timeout=SLOW)
         session.push_prompt("Anything new?")
         out = []
         while ROUND_END not in out:
@@ -234,7 +219,7 @@ def test_the_context_is_bounded(tiny_vlm: Path) -> None:
     with session:
         for i in range(6):
             session.push_frame(frame(i), float(i))
-            wait_until(lambda n=i: session.parked and session.counters["frames_fed"] == n + 1)
+            wait_until(lambda n=i: session.parked and session.counters["frames_fed"] == n + 1, timeout=SLOW)
         assert source.resets >= 1
         assert source.context_tokens <= 160
     engine.close()
@@ -320,12 +305,13 @@ def test_a_model_with_create_realtime_session_runs_its_own_session() -> None:
     with session:
         session.push_frame(frame(1), 1.0)
         session.push_frame(frame(2), 2.0)
-        events = events_until(session, lambda o: sum(e.kind == "silence" for e in o) == 2)
+        events = collect(session.poll_event, lambda o: sum(e.kind == "silence" for e in o) == 2, timeout=SLOW)
         assert "".join(e.text for e in events if e.kind == "text") == "A dog runs."
         with pytest.raises(ValueError, match=r"non-decreasing: 1\.5 < 2\.0"):
             session.push_frame(frame(3), 1.5)
         session.push_prompt("What colour?")
-        events = events_until(session, lambda o: any(e.kind == "round_end" and e.prompted for e in o))
+        events = collect(session.poll_event, lambda o: any(e.kind == "round_end" and e.prompted for e in o),
+                         timeout=SLOW)
         start = next(e for e in events if e.kind == "round_start")
         assert start.prompt == "What colour?"
         assert "".join(e.text for e in events if e.kind == "text") == "Brown."
@@ -405,9 +391,9 @@ def test_a_3d_rope_model_gets_positions_per_segment() -> None:
     with session:
         for i in range(3):
             session.push_frame(frame(i)[:48, :48], float(i))
-            wait_until(lambda n=i: session.parked and session.counters["frames_fed"] == n + 1)
+            wait_until(lambda n=i: session.parked and session.counters["frames_fed"] == n + 1, timeout=SLOW)
         session.push_prompt("what?")
-        wait_until(lambda: session.parked and session.counters["prompts_fed"] == 1)
+        wait_until(lambda: session.parked and session.counters["prompts_fed"] == 1, timeout=SLOW)
     assert spans[0][0] == 0
     for (_, prev_max, _), (lo, _, _) in itertools.pairwise(spans):
         assert lo == prev_max + 1  # every chunk continues the position sequence
