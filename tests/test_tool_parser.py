@@ -18,6 +18,7 @@ from rtc_agent.apps.agent.tool_parser import (
     SpokenText,
     ToolCallParseError,
     ToolCallParser,
+    merge_text,
 )
 from rtc_agent.engines.llm import ChatDelta, ToolCallDelta
 
@@ -42,13 +43,7 @@ def run(chunks: Iterable[str], p: ToolCallParser | None = None) -> list[ParsedIt
                 assert OPEN_TAG not in item.text and CLOSE_TAG not in item.text
         items += out
     items += p.flush()
-    merged: list[ParsedItem] = []
-    for item in items:
-        if isinstance(item, SpokenText) and merged and isinstance(merged[-1], SpokenText):
-            merged[-1] = SpokenText(merged[-1].text + item.text)
-        else:
-            merged.append(item)
-    return merged
+    return merge_text(items)
 
 
 CALL = '{"name": "get_current_time", "arguments": {"timezone": "Europe/Paris"}}'

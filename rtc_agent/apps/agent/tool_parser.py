@@ -38,6 +38,7 @@ __all__ = [
     "SpokenText",
     "ToolCallParseError",
     "ToolCallParser",
+    "merge_text",
     "new_call_id",
     "parse_call_body",
 ]
@@ -162,7 +163,7 @@ class ToolCallParser:
                     break
             elif not self._step_outside(out):
                 break
-        return _merge_text(out)
+        return merge_text(out)
 
     def _step_outside(self, out: list[ParsedItem]) -> bool:
         buf = self._buf
@@ -228,7 +229,8 @@ class ToolCallParser:
         return out
 
 
-def _merge_text(items: list[ParsedItem]) -> list[ParsedItem]:
+def merge_text(items: list[ParsedItem]) -> list[ParsedItem]:
+    """``items`` with each run of adjacent ``SpokenText`` joined into one."""
     merged: list[ParsedItem] = []
     for item in items:
         if isinstance(item, SpokenText) and merged and isinstance(merged[-1], SpokenText):
@@ -341,7 +343,7 @@ class ReplyParser:
         return ParsedToolCall(call_id, call.name, args, raw)
 
     def _record(self, items: list[ParsedItem]) -> list[ParsedItem]:
-        items = _merge_text(items)
+        items = merge_text(items)
         for item in items:
             if isinstance(item, SpokenText):
                 self._spoken.append(item.text)
