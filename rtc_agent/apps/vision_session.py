@@ -464,6 +464,19 @@ class VisionSessionBase:
         if items:
             self._notify()
 
+    def _put_piece(self, piece: str, text: str, frame_ts: float | None, prompts: collections.deque[str],
+                   stop: threading.Event | None = None) -> None:
+        """Queue the outputs of one :class:`ChunkParser` piece of the model's reply, ``frame_ts`` being the last
+        frame the model saw; a round start takes the oldest prompt from ``prompts`` (none: spontaneous)."""
+        if piece == "text":
+            self._put(self._rounds.text(text, frame_ts), stop)
+        elif piece == "silence":
+            self._put(self._rounds.silence(frame_ts), stop)
+        elif piece == "round_start":
+            self._put(self._rounds.prompt(prompts.popleft() if prompts else "", frame_ts), stop)
+        elif piece == "round_end":
+            self._put(self._rounds.end(frame_ts), stop)
+
     def poll_event(self, timeout: float = 0.0) -> VisionOutput | None:
         """The next output item, waiting up to ``timeout`` seconds; ``None`` when there is none yet.
 

@@ -505,15 +505,7 @@ class RemoteVisionSession(VisionSessionBase):
         return False
 
     def _piece(self, piece: str, text: str) -> None:
-        if piece == "text":
-            self._put(self._rounds.text(text, self._frame_ts), self._stop)
-        elif piece == "silence":
-            self._put(self._rounds.silence(self._frame_ts), self._stop)
-        elif piece == "round_start":
-            prompt = self._prompt_fifo.popleft() if self._prompt_fifo else ""
-            self._put(self._rounds.prompt(prompt, self._frame_ts), self._stop)
-        elif piece == "round_end":
-            self._put(self._rounds.end(self._frame_ts), self._stop)
+        self._put_piece(piece, text, self._frame_ts, self._prompt_fifo, self._stop)
 
     def _on_sglang(self, kind: Any, data: dict[str, Any]) -> bool:
         """Handle one SGLang-Omni message; True when the session ended."""

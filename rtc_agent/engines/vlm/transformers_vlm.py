@@ -414,15 +414,7 @@ class MossNativeSession(VisionSessionBase):
             self._notify()
 
     def _piece(self, piece: str, text: str) -> None:
-        if piece == "text":
-            self._put(self._rounds.text(text, self._frame_ts), self._stop)
-        elif piece == "silence":
-            self._put(self._rounds.silence(self._frame_ts), self._stop)
-        elif piece == "round_start":
-            self._put(self._rounds.prompt(self._prompts.popleft() if self._prompts else "", self._frame_ts),
-                      self._stop)
-        elif piece == "round_end":
-            self._put(self._rounds.end(self._frame_ts), self._stop)
+        self._put_piece(piece, text, self._frame_ts, self._prompts, self._stop)
 
     def close(self, timeout: float | None = 5.0) -> None:
         self._closed.set()
