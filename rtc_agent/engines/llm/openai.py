@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from rtc_agent.engines.endpoints import openai_endpoint
 from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, ToolCallDelta, Usage
 from rtc_agent.errors import EngineError
 
@@ -37,15 +38,7 @@ _MAX_LINE = 4 * 1024 * 1024
 def chat_completions_url(url: str) -> str:
     """The full chat-completions endpoint for a base URL: ``http://h:8000``, ``http://h:8000/v1`` and
     ``http://h:8000/v1/chat/completions`` all give ``http://h:8000/v1/chat/completions``."""
-    url = url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"LLM URL must be an http:// or https:// URL, got {url!r}")
-    if url.endswith("/chat/completions"):
-        return url
-    if url.endswith("/v1"):
-        return url + "/chat/completions"
-    return url + "/v1/chat/completions"
+    return openai_endpoint(url, "/chat/completions", "LLM URL")
 
 
 class _Connection:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from rtc_agent.engines.endpoints import openai_endpoint
 from rtc_agent.engines.tts.base import (
     MAX_SPEED,
     MAX_TEXT_CHARS,
@@ -48,16 +49,7 @@ RESPONSE_FORMATS = ("wav", "pcm")
 def speech_url(url: str) -> str:
     """The full ``/v1/audio/speech`` URL from a base URL: ``http://h:8000``, ``http://h:8000/v1`` and the full URL
     all work. Raises ``ValueError`` for a missing or non-HTTP URL."""
-    url = (url or "").strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"TTS server URL must be http(s)://host[:port][/v1], got {url!r} (set --tts-url)")
-    base = url.rstrip("/")
-    if base.endswith("/audio/speech"):
-        return base
-    if base.endswith("/v1"):
-        return base + "/audio/speech"
-    return base + "/v1/audio/speech"
+    return openai_endpoint(url, "/audio/speech", "the TTS server URL (--tts-url)")
 
 
 class OpenAITTSEngine:
