@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "RTC_AGENT_"
+LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8")  # see rtc_agent.engines.llm.precision
 ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,8 +246,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("asr_device must be cpu, cuda or auto")
     if not 0.0 < settings.vad_threshold < 1.0:
         raise SettingsError("vad_threshold must be between 0 and 1")
-    if settings.llm_precision not in ("auto", "float32", "bfloat16", "int8"):
-        raise SettingsError("llm_precision must be auto, float32, bfloat16 or int8")
+    if settings.llm_precision not in LLM_PRECISIONS:
+        raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")
 

@@ -43,6 +43,7 @@ def test_precedence_file_env_flags(tmp_path):
     ("port = \n", "invalid TOML"),
     ("port = 70000\n", "port must be"),
     ("ice_transport_policy = 'some'\n", "ice_transport_policy"),
+    ("llm_precision = 'fp8'\n", "llm_precision must be one of auto, float32"),
 ])
 def test_bad_settings_are_named(tmp_path, text, message):
     config = tmp_path / "bad.toml"

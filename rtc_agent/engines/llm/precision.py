@@ -19,7 +19,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-PRECISIONS = ("auto", "float32", "bfloat16", "int8")
+from rtc_agent.config import LLM_PRECISIONS
+
+PRECISIONS = LLM_PRECISIONS
 #: Inputs with at most this many rows take the int8 path (decode steps; a prompt takes the dense one).
 DECODE_ROWS = 4
 
