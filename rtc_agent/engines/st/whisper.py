@@ -3,8 +3,11 @@
 Whisper never chooses to wait, so the decision comes from LocalAgreement (as in whisper_streaming): every turn the
 dialogue's audio is decoded again and the words that the new hypothesis shares with a recent one (by default
 either of the two before it) beyond those already emitted are emitted (EMIT); when nothing new is agreed the turn
-is a WAIT. A final flush emits the whole latest hypothesis; a partial one (after 4 WAITs) emits it through the last
-sentence Whisper finished and timestamped, so a flush does not chop a sentence where the chunk grid falls.
+is a WAIT. A sentence Whisper finished and timestamped is emitted without waiting for agreement when a pause of at
+least ``PAUSE_COMMIT_S`` ends the audio. A final flush emits the whole latest hypothesis; a partial one (after 4
+WAITs) emits it through the last sentence Whisper finished and timestamped, so a flush does not chop a sentence
+where the chunk grid falls. A flush of exactly the audio decoded last reuses that hypothesis instead of decoding
+again.
 
 The model calls go to the worker's ``asr`` engine (the same Whisper that serves captions: no second model is
 loaded). :class:`WhisperStream` is the reusable part (one task, one agreement state over the dialogue's audio);
