@@ -16,20 +16,41 @@ from tests.test_worker import FakeEngine, wait_until
 class SteppingEngine:
     """A long job in steps, calling ``checkpoint`` before each (as the embedded LLM does per token)."""
 
-    def __init__(self) -> None:
+    def __init__(self, step_s: float = 0.005) -> None:
         self.checkpoint: Any = lambda: 0.0
+        self.step_s = step_s
         self.step_times: list[float] = []
+        self.step_ends: list[float] = []
         self.waited: list[float] = []
+        self.warmed_up = False
 
     def load(self, progress: Any) -> None:
-        pass
+        self.checkpoint()  # a warm-up at load: the worker installs the real checkpoint afterwards
+        self.warmed_up = True
 
     def run_batch(self, requests: list[int]) -> list[int]:
         for _ in range(requests[0]):
             self.waited.append(self.checkpoint())
             self.step_times.append(time.monotonic())
-            time.sleep(0.005)
+            time.sleep(self.step_s)
+            self.step_ends.append(time.monotonic())
         return [len(self.step_times)]
+
+
+class TimedEngine:
+    """Records when each batch ran (``spans``); each takes 20 ms."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+
+    def load(self, progress: Any) -> None:
+        pass
+
+    def run_batch(self, requests: list[Any]) -> list[Any]:
+        start = time.monotonic()
+        time.sleep(0.02)
+        self.spans.append((start, time.monotonic()))
+        return [("ok", r) for r in requests]
 
 
 def test_gate_checkpoint_waits_while_busy_and_at_most_max_wait() -> None:
@@ -82,4 +103,75 @@ async def test_the_worker_pauses_a_yielding_engine_while_another_runs() -> None:
         assert max(llm.waited) > 0.05
     finally:
         tts_gate.set()
+        await worker.close(grace=0.5)
+
+
+def test_a_batch_of_a_yielded_to_engine_starts_after_the_step_in_progress() -> None:
+    gate = PriorityGate(step_wait_s=2.0)
+    checkpoint = gate.checkpoint_for(["tts"], max_wait_s=2.0)
+    step_started = threading.Event()
+    step_ended: list[float] = []
+
+    def one_step() -> None:
+        with gate.running("llm"):
+            checkpoint()
+            step_started.set()
+            time.sleep(0.15)  # a token in progress
+            step_ended.append(time.monotonic())
+            checkpoint()  # between tokens: steps aside while the clause runs
+            step_ended.append(time.monotonic())
+
+    stepper = threading.Thread(target=one_step)
+    stepper.start()
+    assert step_started.wait(2)
+    with gate.running("tts"):
+        started = time.monotonic()
+        assert step_ended and started >= step_ended[0]  # waited for the token, did not overlap it
+        time.sleep(0.05)
+        assert len(step_ended) == 1  # the next token waits for this batch
+    stepper.join()
+    assert step_ended[1] - step_ended[0] >= 0.04
+    assert gate.step_waits == 1 and 0.05 < gate.step_waited_s < 1.0
+    with gate.running("tts"):  # the yielding job is over: nothing to wait for
+        pass
+    assert gate.step_waits == 1
+
+
+def test_an_engine_that_no_one_yields_to_never_waits_for_steps() -> None:
+    gate = PriorityGate(step_wait_s=2.0)
+    checkpoint = gate.checkpoint_for(["tts"], max_wait_s=2.0)
+    with gate.running("llm"):
+        checkpoint()  # a step in progress in this thread
+        done = threading.Event()
+
+        def vad_batch() -> None:
+            with gate.running("vad"):
+                done.set()
+
+        threading.Thread(target=vad_batch).start()
+        assert done.wait(0.5)
+    assert gate.step_waits == 0
+
+
+async def test_steps_and_batches_do_not_overlap_through_the_worker() -> None:
+    worker = Worker(Metrics())
+    tts = TimedEngine()
+    llm = SteppingEngine(step_s=0.03)
+    worker.add(EngineSpec("tts", lambda: tts))
+    worker.add(EngineSpec("llm", lambda: llm, yields_to=("tts",), yield_max_s=5.0))
+    try:
+        await worker.load("tts")
+        long_job = asyncio.ensure_future(worker.call("llm", 30))
+        await wait_until(lambda: len(llm.step_times) >= 3)
+        assert llm.warmed_up
+        for _ in range(3):
+            await worker.call("tts", "clause")
+            await asyncio.sleep(0.02)
+        assert await long_job == 30
+        assert worker.priority.step_waits >= 1
+        steps = list(zip(llm.step_times, llm.step_ends, strict=True))
+        assert len(tts.spans) == 3
+        for start, end in tts.spans:
+            assert not any(s < end and start < e for s, e in steps)  # no step overlapped a batch
+    finally:
         await worker.close(grace=0.5)

@@ -1,13 +1,16 @@
 """CPU priority between engines: long background jobs step aside while latency-critical engines run.
 
 On a small CPU the embedded LLM (two threads, one token every ~30 ms) and the TTS or ASR engines slow each other
-down when they run at once, and the first spoken clause waits for both. The LLM runs far ahead of speech, so its
-next token can wait a few milliseconds while the clause is synthesized.
+down when they run at once: each engine's thread pool expects the cores to itself, and a token and a clause that
+overlap can both take several times as long (measured: a 140 ms clause took 330 ms while a token ran beside it).
+The LLM runs far ahead of speech, so its next token can wait while the clause is synthesized.
 
 The worker marks an engine busy for each batch it runs (:meth:`PriorityGate.running`). An engine registered with
 ``EngineSpec.yields_to`` gets a ``checkpoint`` function (:meth:`PriorityGate.checkpoint_for`) that it calls
 between the steps of a long job: it returns once none of those engines is busy, or after ``max_wait_s`` at the
-latest, so a yielding job is slowed but never starved.
+latest, so a yielding job is slowed but never starved. The handshake goes both ways: a batch of an engine that
+others yield to starts once the step in progress has finished (at most ``step_wait_s`` later), so the two never
+overlap.
 """
 
 from __future__ import annotations
@@ -18,21 +21,36 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
+#: The longest a latency-critical batch waits for a yielding engine's step in progress to finish.
+STEP_WAIT_S = 0.25
+
 
 class PriorityGate:
     """Thread-safe busy marks per engine name, and waits on them (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, step_wait_s: float = STEP_WAIT_S) -> None:
+        self.step_wait_s = step_wait_s
         self._busy: Counter[str] = Counter()
+        self._yielded_to: set[str] = set()  # engine names some checkpoint waits for
+        self._stepping: set[int] = set()  # threads of yielding jobs between a checkpoint and the next
         self._changed = threading.Condition()
         self.waits = 0
         self.waited_s = 0.0
+        self.step_waits = 0
+        self.step_waited_s = 0.0
 
     @contextmanager
     def running(self, name: str) -> Iterator[None]:
-        """Mark ``name`` busy for the duration of the block (nested and concurrent blocks count)."""
+        """Mark ``name`` busy for the duration of the block (nested and concurrent blocks count). When some
+        engine yields to ``name``, the block starts after that engine's step in progress (at most
+        ``step_wait_s``). Ends the step of a yielding job that ran in this thread."""
         with self._changed:
             self._busy[name] += 1
+            if name in self._yielded_to and self._stepping:
+                start = time.monotonic()
+                self._changed.wait_for(lambda: not self._stepping, timeout=self.step_wait_s)
+                self.step_waits += 1
+                self.step_waited_s += time.monotonic() - start
         try:
             yield
         finally:
@@ -40,25 +58,36 @@ class PriorityGate:
                 self._busy[name] -= 1
                 if self._busy[name] <= 0:
                     del self._busy[name]
-                    self._changed.notify_all()
+                self._stepping.discard(threading.get_ident())
+                self._changed.notify_all()
 
     def busy(self, names: Iterable[str]) -> bool:
         with self._changed:
             return any(self._busy.get(n) for n in names)
 
     def checkpoint_for(self, names: Iterable[str], max_wait_s: float) -> Callable[[], float]:
-        """A function that blocks while any of ``names`` is busy (at most ``max_wait_s``); returns seconds waited."""
+        """A function that blocks while any of ``names`` is busy (at most ``max_wait_s``); returns seconds waited.
+
+        The caller's next step counts as in progress from the moment it returns until the next call (or the
+        end of the caller's batch)."""
         watched = tuple(names)
+        with self._changed:
+            self._yielded_to.update(watched)
 
         def checkpoint() -> float:
+            me = threading.get_ident()
             with self._changed:
-                if not any(self._busy.get(n) for n in watched):
-                    return 0.0
-                start = time.monotonic()
-                self._changed.wait_for(lambda: not any(self._busy.get(n) for n in watched), timeout=max_wait_s)
-                waited = time.monotonic() - start
-                self.waits += 1
-                self.waited_s += waited
+                self._stepping.discard(me)
+                waited = 0.0
+                if any(self._busy.get(n) for n in watched):
+                    self._changed.notify_all()  # a batch may be waiting for this step to end
+                    start = time.monotonic()
+                    self._changed.wait_for(lambda: not any(self._busy.get(n) for n in watched),
+                                           timeout=max_wait_s)
+                    waited = time.monotonic() - start
+                    self.waits += 1
+                    self.waited_s += waited
+                self._stepping.add(me)
                 return waited
 
         return checkpoint

@@ -282,14 +282,15 @@ class Worker:
 
         def build() -> Engine:
             engine = slot.spec.factory()
-            if slot.spec.yields_to and hasattr(engine, "checkpoint"):
-                engine.checkpoint = self.priority.checkpoint_for(  # type: ignore[attr-defined]
-                    slot.spec.yields_to, slot.spec.yield_max_s)
             try:
                 engine.load(progress)
             except BaseException:
                 _close_quietly(name, engine)
                 raise
+            # after loading: a warm-up at load time runs outside any batch and need not step aside
+            if slot.spec.yields_to and hasattr(engine, "checkpoint"):
+                engine.checkpoint = self.priority.checkpoint_for(  # type: ignore[attr-defined]
+                    slot.spec.yields_to, slot.spec.yield_max_s)
             if self._closed:  # closed while loading: nobody will close it later
                 _close_quietly(name, engine)
                 raise _closed_error(name)
