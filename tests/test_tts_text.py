@@ -163,3 +163,28 @@ def test_first_clause_word_limit():
     assert splitter.flush() == ["They"]
     short = ClauseSplitter(first_max_words=6)
     assert short.feed("Sure, I can help. ") == ["Sure, I can help."]  # a sentence end comes first
+
+
+def feed_tokens(splitter: ClauseSplitter, tokens: list[str]) -> list[tuple[str, list[str]]]:
+    """(token, clauses it completed) for every token that completed one, then ("", flush())."""
+    out = [(token, done) for token in tokens if (done := splitter.feed(token))]
+    return [*out, ("", splitter.flush())]
+
+
+def test_first_eager_end_cuts_at_the_mark_without_waiting_for_the_next_token():
+    eager = ClauseSplitter(first_min_soft_chars=12, first_eager_end=True)
+    assert feed_tokens(eager, ["I", "'m", " doing", " great", "!", " I", " hope", " so", ".", " Yes"]) == [
+        ("!", ["I'm doing great!"]), (" Yes", ["I hope so."]), ("", ["Yes"])]  # later clauses wait as usual
+    assert feed_tokens(eager, ["Cats", " are", " cute", " and", " c", "udd", "ly", ",", " but", " shy", "."]) == [
+        (",", ["Cats are cute and cuddly,"]), ("", ["but shy."])]
+    assert feed_tokens(eager, ["Well", ".", "..", " so", "."]) == [(".", ["Well."]), ("", ["so."])]
+    assert feed_tokens(eager, ["He", " said", ' "', "hi", "!", '"', " and", " left", "."]) == [
+        ("!", ['He said "hi!']), ("", ["and left."])]
+
+
+def test_first_eager_end_keeps_numbers_and_abbreviations_whole():
+    eager = ClauseSplitter(first_eager_end=True)
+    assert feed_tokens(eager, ["It", " costs", " 3", ".", "5", " dollars", "."]) == [
+        (".", ["It costs 3.5 dollars."]), ("", [])]
+    assert feed_tokens(eager, ["Ask", " Dr", ".", " Smith", " now"]) == [("", ["Ask Dr. Smith now"])]
+    assert feed_tokens(eager, ["About", " 1", ",", "000", " cats"]) == [("", ["About 1,000 cats"])]

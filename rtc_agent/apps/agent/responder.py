@@ -191,8 +191,8 @@ class Responder:
             temperature=self.options.temperature,
         )
         parser = ReplyParser()
-        # The first audio as early as a comma, or six words, allow.
-        splitter = ClauseSplitter(first_min_soft_chars=12, first_max_words=6)
+        # The first audio as early as a comma, or six words, allow, without waiting for the token after the mark.
+        splitter = ClauseSplitter(first_min_soft_chars=12, first_max_words=6, first_eager_end=True)
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=CLAUSE_QUEUE)
         speaker = asyncio.get_running_loop().create_task(self._speak_clauses(clauses, item))
         calls: list[ParsedToolCall | ToolCallParseError] = []

@@ -124,14 +124,18 @@ class ClauseSplitter:
     - at a newline (paragraphs, list items, headers); the lines of a fenced code block are dropped;
     - at ``, ; :`` followed by whitespace once the clause has at least ``min_soft_chars`` characters
       (``first_min_soft_chars`` for the first clause of the stream, so the first audio can start sooner);
-    - at the last space before ``max_chars`` when none of the above came in time.
+    - at the last space before ``max_chars`` when none of the above came in time;
+    - with ``first_eager_end``, the first clause also ends at a sentence end or soft break that closes the text
+      received so far, when it follows a word (two letters or more, not an abbreviation), without waiting for the
+      next character: the first audio one token sooner. Punctuation that then starts the next delta (the rest of
+      an ellipsis, a closing quote) is dropped.
 
     Bounded: after ``feed`` returns, the pending text holds at most ``max_chars`` characters (plus a run of
     closing punctuation the splitter is waiting past).
     """
 
     def __init__(self, *, min_soft_chars: int = 50, first_min_soft_chars: int = 24, max_chars: int = 250,
-                 first_max_words: int | None = None) -> None:
+                 first_max_words: int | None = None, first_eager_end: bool = False) -> None:
         if max_chars < 20:
             raise ValueError(f"max_chars must be >= 20, got {max_chars!r}")
         if not 0 <= first_min_soft_chars <= max_chars or not 0 <= min_soft_chars <= max_chars:
@@ -142,6 +146,8 @@ class ClauseSplitter:
         # The first clause ends after this many words even without punctuation: the first audio sooner, at the
         # cost of a break mid-sentence (for a voice agent on a slow LLM).
         self.first_max_words = first_max_words
+        self.first_eager_end = first_eager_end
+        self._after_eager_cut = False
         self._buf = ""
         self._line_start = True
         self._in_fence = False
@@ -162,6 +168,9 @@ class ClauseSplitter:
         if not isinstance(delta, str):
             raise TypeError(f"delta must be a str, got {type(delta).__name__}")
         self._buf += delta
+        if self._after_eager_cut and self._buf:
+            self._buf = self._buf.lstrip(_SENTENCE_END + _SOFT_BREAK + _CLOSERS)
+            self._after_eager_cut = not self._buf
         return self._drain(final=False)
 
     def flush(self) -> list[str]:
@@ -174,6 +183,7 @@ class ClauseSplitter:
         self._line_start = True
         self._in_fence = False
         self._emitted = 0
+        self._after_eager_cut = False
         return out
 
     def _clean(self, raw: str) -> str:
@@ -207,6 +217,7 @@ class ClauseSplitter:
         n = len(buf)
         soft_min = self.first_min_soft_chars if self._emitted == 0 else self.min_soft_chars
         word_limit = self.first_max_words if self._emitted == 0 else None
+        eager = self.first_eager_end and self._emitted == 0 and not final
         words = 0
         last_space = -1
         i = 0
@@ -241,7 +252,12 @@ class ClauseSplitter:
                 while k < n and buf[k] in _CLOSERS:
                     k += 1
                 if k == n:
-                    return (k, k, False) if final else None  # wait for the next character
+                    if final:
+                        return k, k, False
+                    if eager and self._ends_a_word(buf, i, ch):
+                        self._after_eager_cut = True
+                        return k, k, False
+                    return None  # wait for the next character
                 if not buf[k].isspace():
                     i = k  # "3.5", "e.g" (inner dot), "file.txt", "...and"
                     continue
@@ -259,11 +275,24 @@ class ClauseSplitter:
                 if i + 1 == n:
                     if final:
                         return i + 1, i + 1, False
+                    if eager and self._ends_a_word(buf, i, ch):
+                        self._after_eager_cut = True
+                        return i + 1, i + 1, False
                     return None
                 if buf[i + 1].isspace():
                     return i + 1, i + 1, False
             i += 1
         return None
+
+    @staticmethod
+    def _ends_a_word(buf: str, mark: int, ch: str) -> bool:
+        """Whether the punctuation ``ch`` at ``mark`` surely closes a word: it follows two letters or more that are
+        not an abbreviation (so not ``3.``, ``e.g.``, ``Dr.``, ``1,``)."""
+        word = _word_before(buf, mark)
+        if len(word) < 2 or not word.isalpha():
+            return False
+        key = word.lower()
+        return ch != "." or not (key in _NEVER_END or key in _MAYBE_END or key in _BEFORE_NUMBER)
 
     def _after_single_dot(self, buf: str, dot: int, after: int, final: bool) -> bool | None:
         """Whether the single ``.`` at ``dot`` (followed by whitespace at ``after``) ends a sentence; None when
