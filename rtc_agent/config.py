@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_PREFIX = "RTC_AGENT_"
-LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8")  # see rtc_agent.engines.llm.precision
+LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8", "int4")  # see rtc_agent.engines.llm.precision
 ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,8 +113,9 @@ class Settings:
     llm_model: str = _opt("", "LLM model: empty = the packaged SmolLM2-135M-Instruct; a .gguf or transformers "
                               "folder; or the remote server's model name (empty = its first model).", "engines")
     llm_api_key: str = _opt("", "API key for the remote LLM server.", "engines", secret=True)
-    llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int8 decode steps and bfloat16 prompts on "
-                                      "CPUs with native bf16, else float32), float32, bfloat16 or int8.", "engines")
+    llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
+                                      "prompts, bfloat16 for long ones, on CPUs with native bf16; else float32), "
+                                      "float32, bfloat16, int8 or int4.", "engines")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "

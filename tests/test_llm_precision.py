@@ -1,4 +1,4 @@
-"""LLM precision and the prefix cache: int8 decode layers on a tiny model built from a config, a user-supplied
+"""LLM precision and the prefix cache: int8 and int4 layers on a tiny model built from a config, a user-supplied
 model folder loaded in every precision, and the packaged SmolLM2 reusing its KV cache across turns."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ transformers = pytest.importorskip("transformers")
 from rtc_agent.config import Settings  # noqa: E402
 from rtc_agent.engines.llm import CancelToken, ChatRequest  # noqa: E402
 from rtc_agent.engines.llm.precision import (  # noqa: E402
-    DECODE_ROWS,
+    INT4_GROUP,
+    QUANT_ROWS,
+    finish_precision,
     model_dtype,
     quantize_decode_linears,
     resolve_precision,
@@ -23,7 +25,9 @@ from rtc_agent.engines.llm.precision import (  # noqa: E402
 from rtc_agent.engines.llm.smollm import SmolLMEngine  # noqa: E402
 from rtc_agent.errors import EngineError  # noqa: E402
 
-HAS_INT8 = resolve_precision("auto", torch) == "int8"
+AUTO = resolve_precision("auto", torch)
+HAS_INT8 = AUTO in ("int8", "int4")
+HAS_INT4 = AUTO == "int4"
 
 
 def tiny_llama(dtype: object = None) -> object:
@@ -37,9 +41,10 @@ def tiny_llama(dtype: object = None) -> object:
 
 def test_resolve_precision() -> None:
     assert resolve_precision("float32", torch) == "float32"
-    assert resolve_precision("auto", torch) in ("int8", "float32")
+    assert resolve_precision("auto", torch) in ("int4", "int8", "float32")
     assert model_dtype("float32", torch) == torch.float32
-    assert model_dtype("int8", torch) == torch.bfloat16
+    assert model_dtype("bfloat16", torch) == torch.bfloat16
+    assert model_dtype("int4", torch) == torch.float32  # quantized from the exact weights, then cast
     with pytest.raises(ValueError, match="unknown LLM precision"):
         resolve_precision("fp8", torch)
 
@@ -48,10 +53,10 @@ def test_resolve_precision() -> None:
 def test_int8_decode_layers_track_the_dense_model() -> None:
     dense = tiny_llama(torch.bfloat16)
     quant = tiny_llama(torch.bfloat16)
-    assert quantize_decode_linears(quant, torch) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer + head
+    assert quantize_decode_linears(quant, torch) == {"int8": 2 * 7 + 1, "int4": 0}  # 7 per layer + head
     head = quant.lm_head
     assert head.weight is quant.model.embed_tokens.weight  # tied weights stay tied
-    prompt = torch.randint(0, 512, (1, DECODE_ROWS + 8))
+    prompt = torch.randint(0, 512, (1, QUANT_ROWS["int8"] + 8))
     with torch.inference_mode():
         # a prompt takes the dense path: exactly the dense model's logits
         assert torch.equal(dense(input_ids=prompt).logits, quant(input_ids=prompt).logits)
@@ -62,10 +67,52 @@ def test_int8_decode_layers_track_the_dense_model() -> None:
     assert float((a - b).norm() / a.norm()) < 0.05
 
 
-@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
+@pytest.mark.skipif(not HAS_INT4, reason="this CPU has no native bf16 or torch no int4 weight-only kernel")
+def test_int4_layers_reproduce_weights_on_a_4_bit_grid() -> None:
+    """A Q4_1-style weight (each group of 32 is ``d * q + m`` with q in 0..15, 0 and 15 present) is kept exactly:
+    the int4 path matches the dense product up to bfloat16 rounding."""
+    torch.manual_seed(1)
+    out_features, in_features = 48, 4 * INT4_GROUP
+    groups = in_features // INT4_GROUP
+    codes = torch.randint(0, 16, (out_features, groups, INT4_GROUP))
+    codes[..., 0], codes[..., 1] = 0, 15
+    step = torch.rand(out_features, groups, 1) * 0.02 + 0.001
+    low = torch.randn(out_features, groups, 1) * 0.05 - 8 * step
+    weight = (codes * step + low).reshape(out_features, in_features)
+    linear = torch.nn.Linear(in_features, out_features, bias=False)
+    linear.weight.data.copy_(weight)
+    holder = torch.nn.Sequential(linear)
+    assert quantize_decode_linears(holder, torch, "int4") == {"int4": 1, "int8": 0}
+    layer = holder.to(torch.bfloat16)[0]
+    x = torch.randn(3, in_features)
+    exact = x @ weight.t()
+    with torch.inference_mode():
+        got = layer(x.to(torch.bfloat16)).float()
+    assert float((got - exact).norm() / exact.norm()) < 0.01
+
+
+@pytest.mark.skipif(not HAS_INT4, reason="this CPU has no native bf16 or torch no int4 weight-only kernel")
+def test_int4_model_keeps_the_head_int8_and_tracks_the_dense_model() -> None:
+    dense = tiny_llama()
+    quant = finish_precision(tiny_llama(), "int4", torch)
+    kinds = [m.bits for m in quant.modules() if type(m).__name__ == "DecodeQuantLinear"]
+    assert kinds.count(4) == 2 * 7 and kinds.count(8) == 1  # the tied output head stays int8
+    assert quant.lm_head.weight is quant.model.embed_tokens.weight
+    with torch.inference_mode():
+        prompt = torch.randint(0, 512, (1, QUANT_ROWS["int4"] + 8))  # long prompt: the dense bf16 path
+        a = dense(input_ids=prompt).logits.float()
+        b = quant(input_ids=prompt).logits.float()
+        assert float((a - b).norm() / a.norm()) < 0.05
+        step = torch.randint(0, 512, (1, 3))  # short input: int4 (random weights are not on a 4-bit grid)
+        a = dense(input_ids=step).logits.float()
+        b = quant(input_ids=step).logits.float()
+    assert float((a - b).norm() / a.norm()) < 0.2
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "int4"])
 def test_a_user_model_folder_loads_in_each_precision(tmp_path: Path, precision: str) -> None:
-    if precision != "float32" and not HAS_INT8:
-        pytest.skip("this CPU has no native bf16")
+    if precision != "float32" and not (HAS_INT4 if precision == "int4" else HAS_INT8):
+        pytest.skip("this CPU has no native bf16 or torch no kernel for this precision")
     folder = tmp_path / "tiny"
     tiny_llama().save_pretrained(folder)
     tokenizer = transformers.PreTrainedTokenizerFast(
