@@ -43,7 +43,8 @@ from typing import Any
 
 from rtc_agent.engines.assets import package_file
 from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage, partial_marker_len
-from rtc_agent.engines.llm.precision import model_dtype, quantize_decode_linears, resolve_precision
+from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
+from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
 from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,14 @@ def render_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mappi
 
 
 
+def _decoder_layers(model: Any) -> list[Any]:
+    """The transformer blocks of a causal LM (the longest ``ModuleList`` in it), or ``[]``."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
 class SmolLMEngine(ChatEngine):
     """The embedded chat engine (transformers on the CPU). Register with ``concurrency=1``: one generation at a
     time is the fastest use of a small CPU.
@@ -133,17 +142,20 @@ class SmolLMEngine(ChatEngine):
     - ``repetition_penalty``: applied at every step (1.0 turns it off); helps a 135M model not loop.
     - ``threads``: torch intra-op threads (process-wide; None leaves torch's default).
     - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
-    - ``precision``: ``auto``, ``float32``, ``bfloat16`` or ``int8`` (see :mod:`~rtc_agent.engines.llm.precision`).
+    - ``precision``: ``auto``, ``float32``, ``bfloat16``, ``int8`` or ``int4`` (see
+      :mod:`~rtc_agent.engines.llm.precision`).
     - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens.
+    - ``lean_decoder``: run Llama-family models through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`
+      (same modules and results, less per-token overhead); other models use transformers' forward.
 
-    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "precision", "load_s",
+    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "precision", "forward", "load_s",
     "warmup_s"}``. ``reused_tokens`` counts prompt tokens served from the prefix cache.
     Errors: ``EngineError(code="context_length_exceeded", status=400)`` when the prompt does not fit.
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
                  repetition_penalty: float = 1.1, threads: int | None = None, warmup: bool = True,
-                 precision: str = "auto", prefix_cache: bool = True) -> None:
+                 precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True) -> None:
         self.model_path = Path(model) if model else None
         self.cache_dir = Path(cache_dir)
         self.repetition_penalty = repetition_penalty
@@ -151,10 +163,14 @@ class SmolLMEngine(ChatEngine):
         self.warmup = warmup
         self.precision = precision
         self.prefix_cache = prefix_cache
+        self.lean_decoder = lean_decoder
+        self._decoder: LlamaDecoder | None = None
+        self._forward_kind = ""
         self.reused_tokens = 0
         self._cached_ids: list[int] = []  # the tokens whose keys and values ``_cached_past`` holds
         self._cached_past: Any = None
-        #: Called before every token; the worker sets it to step aside for latency-critical engines.
+        #: Called before every token and every decoder layer; the worker sets it to step aside for latency-critical
+        #: engines.
         self.checkpoint: Callable[[], object] = lambda: None
         self.model_name = "SmolLM2-135M-Instruct" if self.model_path is None else self.model_path.stem
         self.load_info: dict[str, Any] = {}
@@ -164,6 +180,7 @@ class SmolLMEngine(ChatEngine):
         self._eos_ids: set[int] = set()
         self._template_has_tools = False
         self._cache_arg = "past_key_values"
+        self._forward_options: dict[str, int] = {}
         self.max_context = 2048
 
     # loading --------------------------------------------------------------------------------------------------
@@ -197,6 +214,7 @@ class SmolLMEngine(ChatEngine):
                               code="engine_load_failed")
         self._prepare()
         info["precision"] = self.precision
+        info["forward"] = self._forward_kind
         info["load_s"] = round(time.monotonic() - start, 3)
         progress(f"{self.model_name} ready from the {info['source']} in {info['load_s']:.2f} s")
         if self.warmup:
@@ -289,10 +307,20 @@ class SmolLMEngine(ChatEngine):
         self._tokenizer, self._model = tokenizer, model.to(model_dtype(self.precision, self._torch))
 
     def _prepare(self) -> None:
-        model, tok = self._model, self._tokenizer
-        model.eval()
-        if self.precision == "int8":
-            quantize_decode_linears(model, self._torch)
+        tok = self._tokenizer
+        model = self._model = finish_precision(self._model.eval(), self.precision, self._torch)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+        reason = unsupported_reason(model) if self.lean_decoder else "turned off"
+        if reason is None:
+            self._decoder = LlamaDecoder(model, max_length=self.max_context)
+            # a token takes tens of milliseconds: step aside between layers too, so a clause to synthesize
+            # waits for one layer, not for the rest of the token
+            self._decoder.before_layer = lambda: self.checkpoint()
+        else:
+            self._decoder = None
+            for layer in _decoder_layers(model):
+                layer.register_forward_pre_hook(self._layer_checkpoint)
+        self._forward_kind = "lean" if self._decoder is not None else f"transformers ({reason})"
         eos: set[int] = set()
         for value in (tok.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
             if isinstance(value, int):
@@ -305,9 +333,15 @@ class SmolLMEngine(ChatEngine):
                 eos.add(token_id)
         self._eos_ids = eos
         self._template_has_tools = "tools" in (tok.chat_template or "")
-        self.max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
         # transformers 5.x renamed the KV cache argument and output field to ``cache``
-        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        # only the last position's logits are read: skip the output head for the other prompt tokens
+        keep = next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
+        self._forward_options = {keep: 1} if keep else {}
+
+    def _layer_checkpoint(self, _module: Any, _args: Any) -> None:
+        self.checkpoint()  # a pre-hook returns None: the layer's inputs stay as they are
 
     def close(self) -> None:
         self._model = None
@@ -362,14 +396,12 @@ class SmolLMEngine(ChatEngine):
                 break
             with torch.inference_mode():
                 try:
-                    out = model(input_ids=step_input, use_cache=True, **{self._cache_arg: past})
+                    logits, past = self._forward(step_input, past)
                 except BaseException:
                     self._forget_cache()  # a forward that failed halfway may have updated some layers
                     raise
-                past = getattr(out, self._cache_arg, None)
                 fed.extend(step_input[0].tolist())
                 self._keep_cache(fed, past)
-                logits = out.logits[:, -1, :].float()
                 for processor in processors:
                     logits = processor(all_ids, logits)
                 if sampling:
@@ -405,6 +437,15 @@ class SmolLMEngine(ChatEngine):
                 yield ChatDelta(text=final[len(emitted):])
         yield ChatDelta(finish_reason=finish, usage=Usage(prompt_tokens=len(prompt),
                                                           completion_tokens=len(generated)))
+
+    def _forward(self, step_input: Any, past: Any) -> tuple[Any, Any]:
+        """The last position's logits (float32, ``[1, vocab]``) after feeding ``step_input``, and the cache."""
+        if self._decoder is not None:
+            if past is None:
+                self._decoder.reset()
+            return self._decoder.forward(step_input).unsqueeze(0), self._decoder
+        out = self._model(input_ids=step_input, use_cache=True, **{self._cache_arg: past}, **self._forward_options)
+        return out.logits[:, -1, :].float(), getattr(out, self._cache_arg, None)
 
     def _take_cache(self, prompt: list[int]) -> tuple[Any, int]:
         """The kept KV cache cut to its common prefix with ``prompt`` and that prefix's length (None, 0 if none).
