@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
+from rtc_agent.bench.common import CLIENT_NICE, local_server, machine, percentile_ms, write_json
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.speech_output import SpeechOutput
 
@@ -198,6 +198,7 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
         "config": config,
         "targets": TARGETS,
         "machine": machine(),
+        "peer_nice": CLIENT_NICE,  # the peers run at this lower CPU priority than the server
         "method": "latencies measured at the peer from real audio: end of the user's last loud sample as sent to "
                   "the first loud agent sample as received; stage timings reported by the server",
     }
