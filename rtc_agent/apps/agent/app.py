@@ -22,6 +22,7 @@ import numpy as np
 
 from rtc_agent.apps.agent.builtin_tools import register_builtins
 from rtc_agent.apps.agent.conversation import Conversation, Item, new_item_id
+from rtc_agent.apps.agent.onset import LoudnessOnset
 from rtc_agent.apps.agent.responder import Responder, ResponseOptions
 from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry
 from rtc_agent.apps.audio_ring import AudioRing
@@ -51,9 +52,8 @@ from rtc_agent.protocol.events import (
 PREROLL_MS = 300
 RING_SECONDS = 60  # the longest turn kept for recognition
 # Holding playback is cheap to undo, so it triggers on weaker evidence than the start of a turn: a VAD window
-# above PAUSE_THRESHOLD, or one 20 ms frame louder than PAUSE_LEVEL (before the VAD has a whole window).
+# above PAUSE_THRESHOLD, or 10 ms louder than -35 dBFS (LoudnessOnset, before the VAD has a whole window).
 PAUSE_THRESHOLD = 0.3
-PAUSE_LEVEL = 10 ** (-30 / 20)
 
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences. Use plain words: no lists, "
@@ -117,6 +117,7 @@ class AgentApp(App):
         self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["min_speech_ms"],
                                          min_silence_ms=config["min_silence_ms"])
         self.vad = VoiceActivity(ctx.worker, self._on_window)
+        self.onset = LoudnessOnset()
         self.ring = AudioRing(RING_SECONDS)
         self.responder: Responder | None = None  # the response speaking (or last to speak)
         self._response_task: asyncio.Task | None = None
@@ -188,7 +189,7 @@ class AgentApp(App):
         audio = pcm.astype(np.float32) / 32768.0
         self.ring.push(audio, start_ms)
         self.vad.push(audio, start_ms)
-        if len(audio) and float(np.sqrt(np.mean(audio * audio))) > PAUSE_LEVEL:
+        if self.onset.feed(audio):
             self._maybe_pause(1.0, start_ms)
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
