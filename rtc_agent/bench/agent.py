@@ -122,6 +122,17 @@ async def wait_quiet(peer: ClientPeer, seconds: float, timeout: float) -> None:
         await asyncio.sleep(0.1)
 
 
+async def wait_idle(peer: ClientPeer, timeout: float) -> None:
+    """Until every response the agent started is done and it has been silent for a second."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kinds = [e["type"] for e in peer.events]
+        if kinds.count("response.created") <= kinds.count("response.done"):
+            break
+        await asyncio.sleep(0.1)
+    await wait_quiet(peer, 1.0, max(1.0, deadline - time.monotonic()))
+
+
 async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrides: dict[str, Any]) -> dict[str, Any]:
     requests = [REQUESTS[i % len(REQUESTS)] for i in range(turns)]
     clips = synthesize([*set(requests), INTERRUPTED, INTERRUPTION])
@@ -164,6 +175,7 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
                     skipped_barge_ins += 1  # the answer was over before the interruption
                     await wait_quiet(peer, 0.8, 30)
                     continue
+                interrupting = len(peer.events)
                 onset, _ = await speaker.say(clips[INTERRUPTION])
                 try:
                     await peer.wait_for("conversation.item.truncated", timeout=10, after=seen)
@@ -173,8 +185,9 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
                 stopped = silent_from(peer, onset)
                 if stopped is not None:
                     barge.append(stopped - onset)
-                await peer.wait_for("response.done", timeout=60, after=len(peer.events) - 1)
-                await wait_quiet(peer, 0.8, 30)
+                # the interruption is a turn of its own: let it end and its answer finish before the next round
+                await peer.wait_for("input_audio_buffer.speech_stopped", timeout=30, after=interrupting)
+                await wait_idle(peer, 60)
             info = await peer.session_info()
         finally:
             await peer.close()
