@@ -112,8 +112,8 @@ async def test_partials_commit_agreed_words_and_final_adds_the_tail():
                               hyp("kenobi")])
     h = Harness(rec, decode_interval_ms=500)
     h.audio(300)
-    h.transcriber.on_speech(SpeechEvent("start", 100), h.ms)
-    await h.speak(2000)
+    h.transcriber.on_speech(SpeechEvent("start", 100), h.ms)  # the first decode starts at once
+    await h.speak(1500)
     partials = h.of("caption.partial")
     assert [p.committed for p in partials] == ["", "hello", "hello there", "hello there general"]
     assert [p.tentative for p in partials] == ["hello", "there", "general", "kenobi"]
@@ -136,10 +136,11 @@ async def test_partials_commit_agreed_words_and_final_adds_the_tail():
 
 
 async def test_final_reuses_a_decode_that_covered_the_end():
-    rec = ScriptedRecognizer([hyp("one two three")])
+    rec = ScriptedRecognizer([hyp("one"), hyp("one two three")])
     h = Harness(rec, decode_interval_ms=10_000)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
     await h.speak(1000)
+    assert len(rec.requests) == 1 and len(rec.requests[0].audio) == 300 * 16  # first decode at min_decode_ms
     h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)  # speculative decode right away
     await h.settle()
     calls = len(rec.requests)
@@ -147,6 +148,19 @@ async def test_final_reuses_a_decode_that_covered_the_end():
     await h.settle()
     assert len(rec.requests) == calls  # no extra decode for the final
     assert h.of("caption.final")[0].text == "one two three"
+
+
+async def test_the_first_decode_starts_when_speech_is_confirmed():
+    rec = ScriptedRecognizer([hyp("good"), hyp("good morning")])
+    h = Harness(rec, decode_interval_ms=400)
+    h.audio(400)  # the VAD confirms speech after its minimum duration; the pre-roll is in the buffer
+    h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
+    await h.settle()
+    assert len(rec.requests) == 1 and h.of("caption.partial")[0].tentative == "good"
+    await h.speak(300)
+    assert len(rec.requests) == 1  # then one decode per interval
+    await h.speak(100)
+    assert len(rec.requests) == 2
 
 
 async def test_final_decodes_when_no_result_covers_the_end():

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.bench.common import CLIENT_NICE, local_server, machine, percentile_ms, wer, write_json
+from rtc_agent.bench.common import local_server, machine, percentile_ms, wer, write_json
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack, load_audio
 
@@ -206,7 +206,6 @@ async def run(audio: str | None, script: str | None, reference: str | None, sess
         "offline_text": offline,
         "reference": reference,
         "machine": machine(),
-        "peer_nice": CLIENT_NICE,  # the peers run at this lower CPU priority than the server
     }
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.bench.common import CLIENT_NICE, local_server, machine, normalize_text, percentile_ms, write_json
+from rtc_agent.bench.common import local_server, machine, normalize_text, percentile_ms, write_json
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack, load_audio
 
@@ -305,7 +305,6 @@ async def run(args: argparse.Namespace, reference: str | None) -> dict[str, Any]
         "reference": reference,
         "app_stats": result["info"],
         "machine": machine(),
-        "peer_nice": CLIENT_NICE,  # the peers run at this lower CPU priority than the server
     }
 
 

@@ -4,14 +4,14 @@ Like whisper_streaming's ``OnlineASRProcessor``, it owns the audio buffer and th
 backend only through ``recognize(TranscribeRequest) -> Transcript``. Speech boundaries come from outside (the
 VAD segmenter), so silence is never sent to the recognizer.
 
-Within an utterance the growing buffer is decoded every ``decode_interval_ms`` of audio, one decode at a time,
-with the committed words forced as the decoder prefix; LocalAgreement-2 commits what two consecutive
-continuations agree on. Every decode yields a ``caption.partial`` (committed text never changes once sent). At
-the first quiet window a decode starts at once, so when the VAD confirms the end of speech the final text is
-usually ready: ``caption.final`` is the committed words plus the last continuation. Past ``trim_after_s`` the
-buffer is cut at the end of a committed segment (a final caption for what precedes it); past ``hard_limit_s``
-without such a boundary everything recognized so far becomes final. Results that look like silence (Whisper's
-no-speech rule) or loops (compression ratio) are dropped.
+Within an utterance the growing buffer is decoded as soon as the VAD confirms speech, then every
+``decode_interval_ms`` of audio, one decode at a time, with the committed words forced as the decoder prefix;
+LocalAgreement-2 commits what two consecutive continuations agree on. Every decode yields a ``caption.partial``
+(committed text never changes once sent). At the first quiet window a decode starts at once, so when the VAD
+confirms the end of speech the final text is usually ready: ``caption.final`` is the committed words plus the
+last continuation. Past ``trim_after_s`` the buffer is cut at the end of a committed segment (a final caption
+for what precedes it); past ``hard_limit_s`` without such a boundary everything recognized so far becomes final.
+Results that look like silence (Whisper's no-speech rule) or loops (compression ratio) are dropped.
 """
 
 from __future__ import annotations
@@ -148,6 +148,9 @@ class StreamingTranscriber:
         self._buffer_start_ms = max(from_ms, self._recent.start_ms) if len(preroll) else start_ms
         self._segment_start_ms = start_ms
         self._last_decode_at_ms = start_ms
+        # the VAD confirms speech after its minimum duration: decode what is there at once, so the first
+        # partial is not a whole interval later than the ones after it
+        self._want_decode = True
         self.emit(SpeechStarted(audio_start_ms=start_ms))
 
     def _cut_after(self, end_ms: int) -> None:
