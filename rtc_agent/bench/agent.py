@@ -1,7 +1,9 @@
 """``rtc-agent bench agent``: voice-to-voice latency and barge-in, measured at a real aiortc peer.
 
-A Python peer speaks requests (synthesized with the embedded Piper voice) into the ``agent`` app of an
-in-process server, one turn at a time, and records the audio it gets back with arrival times:
+A Python peer speaks requests (synthesized with the embedded Piper voice) into the ``agent`` app of a server
+started as its own process, one turn at a time, and records the audio it gets back with arrival times. The peer
+stands for a caller on another machine: it runs ``PEER_NICE`` lower in CPU priority than the server on the
+shared cores (its arrival times can only come later for it, never earlier).
 
 - voice-to-voice: from the end of the user's speech (the last loud sample as it was sent) to the first audible
   sample of the agent's answer as it arrived at the peer (p50, p90), and the server's stage timings for the same
@@ -19,11 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.bench.common import CLIENT_NICE, local_server, machine, percentile_ms, write_json
+from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.speech_output import SpeechOutput
 
 RATE = 48000
+#: The peer (the caller, in deployment on its own machine) runs this much lower in CPU priority than the server.
+PEER_NICE = 10
 LOUD = 10 ** (-35 / 20)  # a sample above -35 dBFS is speech
 TARGETS = {"v2v_p50_ms": 1000, "barge_in_ms": 100}
 REQUESTS = [
@@ -139,7 +143,7 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
     speaker = Speaker()
     v2v, stages, barge = [], [], []
     skipped_barge_ins = 0
-    async with local_server(**server_overrides) as server:
+    async with local_server(peer_nice=PEER_NICE, **server_overrides) as server:
         base_url = server.base_url
         peer = ClientPeer(base_url, "agent", config=config, audio=speaker.track)
         await peer.connect()
@@ -211,7 +215,7 @@ async def run(turns: int, barge_ins: int, config: dict[str, Any], server_overrid
         "config": config,
         "targets": TARGETS,
         "machine": machine(),
-        "peer_nice": CLIENT_NICE,  # the peers run at this lower CPU priority than the server
+        "peer_nice": PEER_NICE,
         "method": "latencies measured at the peer from real audio: end of the user's last loud sample as sent to "
                   "the first loud agent sample as received; stage timings reported by the server",
     }

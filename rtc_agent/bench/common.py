@@ -84,19 +84,18 @@ class ServerProcess:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-#: How much lower the benchmark peers' CPU priority is than the server's (a nice increment).
-CLIENT_NICE = 10
-
-
 @asynccontextmanager
-async def local_server(*, load_timeout_s: float = 600.0, **overrides: Any) -> AsyncIterator[ServerProcess]:
+async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0,
+                       **overrides: Any) -> AsyncIterator[ServerProcess]:
     """A real rtc-agent server in its own process on a free loopback port, every engine loaded.
 
     The server runs apart from the benchmark's peers, as it does in deployment: the peers' media work does not
-    share the server's interpreter lock. While it runs, this process (the peers: in deployment the callers'
-    own machines) has ``CLIENT_NICE`` lower CPU priority, so the peers still share the cores but the server
-    comes first when both are ready to run; restored afterwards where the system allows. ``overrides`` are
-    settings (passed as ``RTC_AGENT_*`` variables); the server's log goes to this process's stderr.
+    share the server's interpreter lock. With ``peer_nice`` > 0 this process (the peers: in deployment the
+    callers' own machines) runs that much lower in CPU priority while the server is up, so the peers still
+    share the cores but the server comes first when both are ready to run (for one latency-critical peer;
+    many peers at lower priority may fall behind real time themselves); restored afterwards where the system
+    allows. ``overrides`` are settings (passed as ``RTC_AGENT_*`` variables); the server's log goes to this
+    process's stderr.
     """
     from rtc_agent.config import ENV_PREFIX, Settings
     from rtc_agent.engines import engine_specs
@@ -113,7 +112,8 @@ async def local_server(*, load_timeout_s: float = 600.0, **overrides: Any) -> As
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     try:
         await _wait_loaded(server, names, load_timeout_s)
-        os.setpriority(os.PRIO_PROCESS, 0, min(19, priority + CLIENT_NICE))
+        if peer_nice > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, min(19, priority + peer_nice))
         yield server
     finally:
         with contextlib.suppress(OSError):  # raising the priority back needs privileges
