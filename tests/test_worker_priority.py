@@ -37,6 +37,15 @@ class SteppingEngine:
         return [len(self.step_times)]
 
 
+async def tts_and_stepping_llm(tts: Any, llm: SteppingEngine) -> Worker:
+    """A worker with ``tts`` (loaded) and ``llm`` registered to yield to it."""
+    worker = Worker(Metrics())
+    worker.add(EngineSpec("tts", lambda: tts))
+    worker.add(EngineSpec("llm", lambda: llm, yields_to=("tts",), yield_max_s=5.0))
+    await worker.load("tts")
+    return worker
+
+
 class TimedEngine:
     """Records when each batch ran (``spans``); each takes 20 ms."""
 
@@ -82,14 +91,11 @@ def test_gate_checkpoint_waits_while_busy_and_at_most_max_wait() -> None:
 
 
 async def test_the_worker_pauses_a_yielding_engine_while_another_runs() -> None:
-    worker = Worker(Metrics())
     tts_gate = threading.Event()
     tts = FakeEngine(gate=tts_gate)
     llm = SteppingEngine()
-    worker.add(EngineSpec("tts", lambda: tts))
-    worker.add(EngineSpec("llm", lambda: llm, yields_to=("tts",), yield_max_s=5.0))
+    worker = await tts_and_stepping_llm(tts, llm)
     try:
-        await worker.load("tts")
         long_job = asyncio.ensure_future(worker.call("llm", 40))
         await wait_until(lambda: len(llm.step_times) >= 3)
         synthesis = asyncio.ensure_future(worker.call("tts", "clause"))
@@ -154,13 +160,10 @@ def test_an_engine_that_no_one_yields_to_never_waits_for_steps() -> None:
 
 
 async def test_steps_and_batches_do_not_overlap_through_the_worker() -> None:
-    worker = Worker(Metrics())
     tts = TimedEngine()
     llm = SteppingEngine(step_s=0.03)
-    worker.add(EngineSpec("tts", lambda: tts))
-    worker.add(EngineSpec("llm", lambda: llm, yields_to=("tts",), yield_max_s=5.0))
+    worker = await tts_and_stepping_llm(tts, llm)
     try:
-        await worker.load("tts")
         long_job = asyncio.ensure_future(worker.call("llm", 30))
         await wait_until(lambda: len(llm.step_times) >= 3)
         assert llm.warmed_up
