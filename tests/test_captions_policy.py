@@ -163,6 +163,35 @@ async def test_the_first_decode_starts_when_speech_is_confirmed():
     assert len(rec.requests) == 2
 
 
+async def test_an_utterance_starting_during_the_last_decode_of_the_previous_one_waits_for_it():
+    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma"), hyp("delta"), hyp("delta epsilon")],
+                             delay=0.2)
+    h = Harness(rec, decode_interval_ms=10_000)
+    h.audio(400)
+    h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
+    await h.settle()
+    h.audio(1000)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)  # the last decode of the first utterance
+    h.audio(300)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms - 400), h.ms)
+    h.audio(400)
+    h.transcriber.on_speech(SpeechEvent("start", h.ms - 300), h.ms)  # while that decode still runs
+    second_start = h.ms - 300
+    assert len(h.of("caption.final")) == 0 and len(h.of("input_audio_buffer.speech_started")) == 1
+    await h.settle()
+    h.transcriber.poll(h.ms)
+    finals = h.of("caption.final")
+    assert [f.text for f in finals] == ["alpha beta gamma"]  # its tail was not cut off
+    started = h.of("input_audio_buffer.speech_started")
+    assert len(started) == 2 and started[1].audio_start_ms == second_start
+    await h.settle()
+    assert len(rec.requests[2].audio) >= 300 * 16  # the second utterance's audio kept while it waited
+    h.audio(600)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms + 250)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == ["alpha beta gamma", "delta epsilon"]
+
+
 async def test_final_decodes_when_no_result_covers_the_end():
     rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma")])
     h = Harness(rec, decode_interval_ms=600)

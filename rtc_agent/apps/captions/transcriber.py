@@ -11,7 +11,9 @@ LocalAgreement-2 commits what two consecutive continuations agree on. Every deco
 confirms the end of speech the final text is usually ready: ``caption.final`` is the committed words plus the
 last continuation. Past ``trim_after_s`` the buffer is cut at the end of a committed segment (a final caption
 for what precedes it); past ``hard_limit_s`` without such a boundary everything recognized so far becomes final.
-Results that look like silence (Whisper's no-speech rule) or loops (compression ratio) are dropped.
+Results that look like silence (Whisper's no-speech rule) or loops (compression ratio) are dropped. An utterance
+that starts while the previous one still waits for its last decode (a busy engine) begins once that final is out;
+its audio is kept meanwhile (up to ``RECENT_S``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ Recognize = Callable[[TranscribeRequest], Awaitable[Transcript]]
 Spawn = Callable[[Coroutine[Any, Any, Any], str], asyncio.Task]
 
 _segment_ids = itertools.count(1)
+#: Audio kept outside utterances: the next one's pre-roll, or all of it while the previous one is finishing.
+RECENT_S = 6.0
 
 
 @dataclass
@@ -77,7 +81,9 @@ class StreamingTranscriber:
         self.config = config or TranscriberConfig()
         self.finals: deque[FinalCaption] = deque(maxlen=self.config.max_finals)
         self.language: str | None = self.config.language
-        self._recent = AudioRing(1.0)  # for the pre-roll of the next utterance
+        # the pre-roll of the next utterance, and its start while the previous one waits for its last decode
+        self._recent = AudioRing(RECENT_S)
+        self._pending_start: int | None = None
         self._chunks: list[np.ndarray] = []
         self._samples = 0
         self._buffer_start_ms = 0
@@ -120,7 +126,10 @@ class StreamingTranscriber:
     def on_speech(self, event: SpeechEvent, now_ms: int) -> None:
         """A boundary from the VAD segmenter."""
         if event.kind == "start":
-            self._begin(event.ms)
+            if self._active and self._ending_at is not None:
+                self._pending_start = event.ms  # begins when the previous final is out; its audio is kept
+            else:
+                self._begin(event.ms)
         elif event.kind == "pause" and self._active:
             self._want_decode = True
         elif event.kind == "end" and self._active:
@@ -130,6 +139,7 @@ class StreamingTranscriber:
         self.poll(now_ms)
 
     def _begin(self, start_ms: int) -> None:
+        self._pending_start = None
         if self._active:  # a start without an end: close the previous utterance first
             self._finalize()
         self._utterance += 1
@@ -149,8 +159,8 @@ class StreamingTranscriber:
         self._segment_start_ms = start_ms
         self._last_decode_at_ms = start_ms
         # the VAD confirms speech after its minimum duration: decode what is there at once, so the first
-        # partial is not a whole interval later than the ones after it
-        self._want_decode = True
+        # partial is not a whole interval later than the ones after it (unless decodes are slow: a busy engine)
+        self._want_decode = self.decode_interval_ms <= self.config.decode_interval_ms
         self.emit(SpeechStarted(audio_start_ms=start_ms))
 
     def _cut_after(self, end_ms: int) -> None:
@@ -167,18 +177,30 @@ class StreamingTranscriber:
     # --- scheduling ---
 
     def poll(self, now_ms: int) -> None:
-        """Start a decode when one is due; finish an utterance whose end is known."""
+        """Start a decode when one is due; finish an utterance whose end is known (then begin one that
+        started meanwhile)."""
+        self._begin_pending()
         if not self._active or (self._decoding is not None and not self._decoding.done()):
             return
         if self._ending_at is not None:
             if self._covered_until_ms is not None and self._covered_until_ms >= self._ending_at:
                 self._finalize()
+                self._begin_pending()
             else:
                 self._start_decode(now_ms)
             return
         due = now_ms - self._last_decode_at_ms >= self.decode_interval_ms
         if (due or self._want_decode) and self.buffer_ms >= self.config.min_decode_ms:
             self._start_decode(now_ms)
+
+    def _begin_pending(self) -> None:
+        """Begin the utterance that started while the previous one was finishing, once that one is final (or at
+        once when its last decode takes so long that the kept audio would run out: then its text is final as
+        it is)."""
+        if self._pending_start is None:
+            return
+        if not self._active or self._recent.end_ms - self._pending_start > (RECENT_S - 1) * 1000:
+            self._begin(self._pending_start)
 
     @property
     def decode_interval_ms(self) -> float:
@@ -315,6 +337,8 @@ class StreamingTranscriber:
 
     def flush(self, now_ms: int) -> None:
         """The audio ended: treat it as the end of speech."""
+        if self._pending_start is not None:
+            self._begin(self._pending_start)
         if self._active and self._ending_at is None:
             self.on_speech(SpeechEvent("end", now_ms), now_ms)
 
