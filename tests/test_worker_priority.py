@@ -18,6 +18,7 @@ class SteppingEngine:
 
     def __init__(self, step_s: float = 0.005) -> None:
         self.checkpoint: Any = lambda: 0.0
+        self.step_done: Any = None
         self.step_s = step_s
         self.step_times: list[float] = []
         self.step_ends: list[float] = []
@@ -143,6 +144,29 @@ def test_a_batch_of_a_yielded_to_engine_starts_after_the_step_in_progress() -> N
     assert gate.step_waits == 1
 
 
+def test_step_done_ends_the_step_so_a_batch_need_not_wait() -> None:
+    gate = PriorityGate(step_wait_s=2.0)
+    checkpoint, step_done = gate.step_hooks(["tts"], max_wait_s=2.0)
+    stepping, release = threading.Event(), threading.Event()
+
+    def blocked_job() -> None:
+        with gate.running("llm"):
+            checkpoint()
+            step_done()  # e.g. handing a token to a consumer that does not read
+            stepping.set()
+            release.wait(2)
+
+    job = threading.Thread(target=blocked_job)
+    job.start()
+    assert stepping.wait(2)
+    started = time.monotonic()
+    with gate.running("tts"):
+        assert time.monotonic() - started < 0.5
+    release.set()
+    job.join()
+    assert gate.step_waits == 0
+
+
 def test_an_engine_that_no_one_yields_to_never_waits_for_steps() -> None:
     gate = PriorityGate(step_wait_s=2.0)
     checkpoint = gate.checkpoint_for(["tts"], max_wait_s=2.0)
@@ -166,7 +190,7 @@ async def test_steps_and_batches_do_not_overlap_through_the_worker() -> None:
     try:
         long_job = asyncio.ensure_future(worker.call("llm", 30))
         await wait_until(lambda: len(llm.step_times) >= 3)
-        assert llm.warmed_up
+        assert llm.warmed_up and callable(llm.step_done)  # both hooks installed after load
         for _ in range(3):
             await worker.call("tts", "clause")
             await asyncio.sleep(0.02)

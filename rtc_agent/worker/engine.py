@@ -57,7 +57,8 @@ class EngineSpec:
       ``None`` means unlimited.
     - ``yields_to``: engine names this engine's long jobs step aside for (see
       :mod:`~rtc_agent.worker.priority`): an engine with a ``checkpoint`` attribute gets a function it calls
-      between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch.
+      between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch, and one
+      with a ``step_done`` attribute a function it calls when it stops computing before the next step.
     """
 
     name: str

@@ -10,7 +10,8 @@ The worker marks an engine busy for each batch it runs (:meth:`PriorityGate.runn
 between the steps of a long job: it returns once none of those engines is busy, or after ``max_wait_s`` at the
 latest, so a yielding job is slowed but never starved. The handshake goes both ways: a batch of an engine that
 others yield to starts once the step in progress has finished (at most ``step_wait_s`` later), so the two never
-overlap.
+overlap. A job that stops computing between steps (handing a result on, which may block) ends its step first
+with the ``step_done`` function of :meth:`PriorityGate.step_hooks`.
 """
 
 from __future__ import annotations
@@ -66,10 +67,16 @@ class PriorityGate:
             return any(self._busy.get(n) for n in names)
 
     def checkpoint_for(self, names: Iterable[str], max_wait_s: float) -> Callable[[], float]:
-        """A function that blocks while any of ``names`` is busy (at most ``max_wait_s``); returns seconds waited.
+        """The ``checkpoint`` of :meth:`step_hooks`."""
+        return self.step_hooks(names, max_wait_s)[0]
 
-        The caller's next step counts as in progress from the moment it returns until the next call (or the
-        end of the caller's batch)."""
+    def step_hooks(self, names: Iterable[str],
+                   max_wait_s: float) -> tuple[Callable[[], float], Callable[[], None]]:
+        """``(checkpoint, step_done)`` for a job that yields to ``names``.
+
+        ``checkpoint()`` blocks while any of ``names`` is busy (at most ``max_wait_s``) and returns the seconds
+        waited; the caller's next step counts as in progress from then until ``step_done()``, the next
+        ``checkpoint()`` or the end of the caller's batch."""
         watched = tuple(names)
         with self._changed:
             self._yielded_to.update(watched)
@@ -90,4 +97,10 @@ class PriorityGate:
                 self._stepping.add(me)
                 return waited
 
-        return checkpoint
+        def step_done() -> None:
+            with self._changed:
+                if threading.get_ident() in self._stepping:
+                    self._stepping.discard(threading.get_ident())
+                    self._changed.notify_all()
+
+        return checkpoint, step_done

@@ -289,8 +289,10 @@ class Worker:
                 raise
             # after loading: a warm-up at load time runs outside any batch and need not step aside
             if slot.spec.yields_to and hasattr(engine, "checkpoint"):
-                engine.checkpoint = self.priority.checkpoint_for(  # type: ignore[attr-defined]
-                    slot.spec.yields_to, slot.spec.yield_max_s)
+                checkpoint, step_done = self.priority.step_hooks(slot.spec.yields_to, slot.spec.yield_max_s)
+                engine.checkpoint = checkpoint  # type: ignore[attr-defined]
+                if hasattr(engine, "step_done"):
+                    engine.step_done = step_done  # type: ignore[attr-defined]
             if self._closed:  # closed while loading: nobody will close it later
                 _close_quietly(name, engine)
                 raise _closed_error(name)

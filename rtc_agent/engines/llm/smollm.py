@@ -172,6 +172,8 @@ class SmolLMEngine(ChatEngine):
         #: Called before every token and every decoder layer; the worker sets it to step aside for latency-critical
         #: engines.
         self.checkpoint: Callable[[], object] = lambda: None
+        #: Called before a delta is handed on (the consumer may block it): the step in progress has ended.
+        self.step_done: Callable[[], None] = lambda: None
         self.model_name = "SmolLM2-135M-Instruct" if self.model_path is None else self.model_path.stem
         self.load_info: dict[str, Any] = {}
         self._model: Any = None
@@ -424,6 +426,7 @@ class SmolLMEngine(ChatEngine):
                     visible = visible.rstrip("\ufffd")
             if visible.startswith(emitted) and len(visible) > len(emitted):
                 piece, emitted = visible[len(emitted):], visible
+                self.step_done()
                 yield ChatDelta(text=piece)
             if cut >= 0:
                 break
