@@ -65,7 +65,7 @@ class TimedEngine:
 
 def test_gate_checkpoint_waits_while_busy_and_at_most_max_wait() -> None:
     gate = PriorityGate()
-    checkpoint = gate.checkpoint_for(["tts"], max_wait_s=0.05)
+    checkpoint, _ = gate.step_hooks(["tts"], max_wait_s=0.05)
     assert checkpoint() == 0.0
     with gate.running("tts"):
         assert gate.busy(["tts"]) and not gate.busy(["asr"])
@@ -84,7 +84,7 @@ def test_gate_checkpoint_waits_while_busy_and_at_most_max_wait() -> None:
     holder.start()
     while not gate.busy(["tts"]):
         time.sleep(0.001)
-    long_checkpoint = gate.checkpoint_for(["tts"], max_wait_s=5.0)
+    long_checkpoint, _ = gate.step_hooks(["tts"], max_wait_s=5.0)
     threading.Timer(0.02, release.set).start()
     assert 0.0 < long_checkpoint() < 2.0  # woken when the batch ended, not at the timeout
     holder.join()
@@ -115,7 +115,7 @@ async def test_the_worker_pauses_a_yielding_engine_while_another_runs() -> None:
 
 def test_a_batch_of_a_yielded_to_engine_starts_after_the_step_in_progress() -> None:
     gate = PriorityGate(step_wait_s=2.0)
-    checkpoint = gate.checkpoint_for(["tts"], max_wait_s=2.0)
+    checkpoint, _ = gate.step_hooks(["tts"], max_wait_s=2.0)
     step_started = threading.Event()
     step_ended: list[float] = []
 
@@ -169,7 +169,7 @@ def test_step_done_ends_the_step_so_a_batch_need_not_wait() -> None:
 
 def test_an_engine_that_no_one_yields_to_never_waits_for_steps() -> None:
     gate = PriorityGate(step_wait_s=2.0)
-    checkpoint = gate.checkpoint_for(["tts"], max_wait_s=2.0)
+    checkpoint, _ = gate.step_hooks(["tts"], max_wait_s=2.0)
     with gate.running("llm"):
         checkpoint()  # a step in progress in this thread
         done = threading.Event()

@@ -6,7 +6,7 @@ overlap can both take several times as long (measured: a 140 ms clause took 330 
 The LLM runs far ahead of speech, so its next token can wait while the clause is synthesized.
 
 The worker marks an engine busy for each batch it runs (:meth:`PriorityGate.running`). An engine registered with
-``EngineSpec.yields_to`` gets a ``checkpoint`` function (:meth:`PriorityGate.checkpoint_for`) that it calls
+``EngineSpec.yields_to`` gets a ``checkpoint`` function (:meth:`PriorityGate.step_hooks`) that it calls
 between the steps of a long job: it returns once none of those engines is busy, or after ``max_wait_s`` at the
 latest, so a yielding job is slowed but never starved. The handshake goes both ways: a batch of an engine that
 others yield to starts once the step in progress has finished (at most ``step_wait_s`` later), so the two never
@@ -66,10 +66,6 @@ class PriorityGate:
         with self._changed:
             return any(self._busy.get(n) for n in names)
 
-    def checkpoint_for(self, names: Iterable[str], max_wait_s: float) -> Callable[[], float]:
-        """The ``checkpoint`` of :meth:`step_hooks`."""
-        return self.step_hooks(names, max_wait_s)[0]
-
     def step_hooks(self, names: Iterable[str],
                    max_wait_s: float) -> tuple[Callable[[], float], Callable[[], None]]:
         """``(checkpoint, step_done)`` for a job that yields to ``names``.
@@ -98,9 +94,10 @@ class PriorityGate:
                 return waited
 
         def step_done() -> None:
+            me = threading.get_ident()
             with self._changed:
-                if threading.get_ident() in self._stepping:
-                    self._stepping.discard(threading.get_ident())
+                if me in self._stepping:
+                    self._stepping.discard(me)
                     self._changed.notify_all()
 
         return checkpoint, step_done

@@ -13,8 +13,9 @@ stop string, and reports usage and finish reason like a server would. The KV cac
 with the token ids it holds: the next prompt only computes the tokens after their common prefix (a conversation's
 next turn, or a second response to the same turn, skips the system prompt and history).
 
-Precision (``precision``, see :mod:`rtc_agent.engines.llm.precision`): ``auto`` runs bfloat16 prompts and int8
-decode steps on CPUs with native bf16, float32 elsewhere.
+Precision (``precision``, see :mod:`rtc_agent.engines.llm.precision`): ``auto`` runs long prompts in bfloat16 and
+decode steps and short prompts on int4 weights on CPUs with native bf16, float32 elsewhere. Llama-family models
+run through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`; others through transformers' forward.
 
 Tools: SmolLM2's chat template knows no tools, so tools are described in the system message the way Qwen/Hermes
 templates do it (``<tools>`` JSON and the ``<tool_call>`` answer format), assistant tool calls are rendered back

@@ -254,10 +254,7 @@ class ClauseSplitter:
                 if k == n:
                     if final:
                         return k, k, False
-                    if eager and self._ends_a_word(buf, i, ch):
-                        self._after_eager_cut = True
-                        return k, k, False
-                    return None  # wait for the next character
+                    return self._eager_break(buf, i, k) if eager else None  # else wait for the next character
                 if not buf[k].isspace():
                     i = k  # "3.5", "e.g" (inner dot), "file.txt", "...and"
                     continue
@@ -275,24 +272,23 @@ class ClauseSplitter:
                 if i + 1 == n:
                     if final:
                         return i + 1, i + 1, False
-                    if eager and self._ends_a_word(buf, i, ch):
-                        self._after_eager_cut = True
-                        return i + 1, i + 1, False
-                    return None
+                    return self._eager_break(buf, i, i + 1) if eager else None
                 if buf[i + 1].isspace():
                     return i + 1, i + 1, False
             i += 1
         return None
 
-    @staticmethod
-    def _ends_a_word(buf: str, mark: int, ch: str) -> bool:
-        """Whether the punctuation ``ch`` at ``mark`` surely closes a word: it follows two letters or more that are
-        not an abbreviation (so not ``3.``, ``e.g.``, ``Dr.``, ``1,``)."""
+    def _eager_break(self, buf: str, mark: int, end: int) -> tuple[int, int, bool] | None:
+        """The break at ``end`` when the punctuation at ``mark`` surely closes a word: it follows two letters or
+        more that are not an abbreviation (so not ``3.``, ``e.g.``, ``Dr.``, ``1,``); else None (wait)."""
         word = _word_before(buf, mark)
         if len(word) < 2 or not word.isalpha():
-            return False
+            return None
         key = word.lower()
-        return ch != "." or not (key in _NEVER_END or key in _MAYBE_END or key in _BEFORE_NUMBER)
+        if buf[mark] == "." and (key in _NEVER_END or key in _MAYBE_END or key in _BEFORE_NUMBER):
+            return None
+        self._after_eager_cut = True
+        return end, end, False
 
     def _after_single_dot(self, buf: str, dot: int, after: int, final: bool) -> bool | None:
         """Whether the single ``.`` at ``dot`` (followed by whitespace at ``after``) ends a sentence; None when
