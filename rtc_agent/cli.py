@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from rtc_agent import __version__
 from rtc_agent.config import ENV_PREFIX, SettingsError, add_arguments, settings_from_args
+from rtc_agent.redact import install_log_redaction
 
 log = logging.getLogger("rtc_agent")
 
@@ -26,6 +27,10 @@ BENCHMARKS = {
                                          "recall against known event times"),
     "interpret": ("rtc_agent.bench.interpret", "simultaneous interpretation: StreamLAAL latency, chrF/BLEU vs "
                                                "offline Whisper translate, model calls saved by VAD"),
+    "call": ("rtc_agent.bench.call", "a call room of N peers: caption latency and interpretation lag at the "
+                                     "listeners, server CPU per participant, largest real-time room"),
+    "soak": ("rtc_agent.bench.soak", "create, stream and close sessions in a loop: server RSS, threads, fds and "
+                                     "open sessions at checkpoints"),
 }
 
 
@@ -35,6 +40,7 @@ def setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    install_log_redaction()  # secrets (keys, URL credentials) never reach a log line
     logging.getLogger("aioice").setLevel(max(logging.WARNING, logging.getLogger().level))
     logging.getLogger("aiortc").setLevel(max(logging.WARNING, logging.getLogger().level))
 
@@ -82,8 +88,12 @@ def serve(args: argparse.Namespace) -> int:
         print(f"rtc-agent: {exc}", file=sys.stderr)
         return 2
     setup_logging(settings.log_level)
+    try:
+        app = create_app(settings)
+    except SettingsError as exc:
+        print(f"rtc-agent: {exc}", file=sys.stderr)
+        return 2
     log.info("rtc-agent %s on http://%s:%d", __version__, settings.host, settings.port)
-    app = create_app(settings)
     web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
                 shutdown_timeout=10.0)
     return 0

@@ -48,11 +48,69 @@ class Settings:
         10.0, "Close a session when no client message (ping or other) arrived for this long.", "sessions"
     )
     connect_timeout_s: float = _opt(
-        30.0, "Close a session whose peer connection and event channel are not up after this long.", "sessions"
+        15.0, "Close a session whose peer connection and event channel are not up after this long.", "sessions"
     )
+    connect_grace_s: float = _opt(
+        5.0, "A session counts against max_sessions once connected, or while younger than this; never-connected "
+             "sessions past it do not hold a slot (at most 2 x max_sessions exist at once).", "sessions"
+    )
+    max_room_participants: int = _opt(
+        6, "Most participants in one call room (browser-to-browser mesh); one more gets 409 room_full.", "sessions"
+    )
+    room_transcripts_kept: int = _opt(16, "Transcripts of this many ended call rooms stay downloadable.", "sessions")
+    max_pending_sessions_per_client: int = _opt(
+        4, "Most not-yet-connected sessions one client (API key or IP) may hold at once (429 above).", "sessions"
+    )
+    max_candidates_per_patch: int = _opt(
+        20, "Most ICE candidates in one PATCH (400 above; a session takes 5 x this in all).", "sessions"
+    )
+    ice_allow_loopback_candidates: bool = _opt(
+        False, "Accept remote ICE candidates on loopback, link-local (cloud metadata), 0.0.0.0/8, multicast and "
+               "broadcast addresses (dropped by default, so the server never sends checks there).", "sessions"
+    )
+    shutdown_timeout_s: float = _opt(
+        10.0, "On shutdown (SIGTERM), at most this many seconds to tell sessions and finish their captions.",
+        "sessions"
+    )
+    final_drain_s: float = _opt(
+        3.0, "When a session ends (deleted, shutdown, max duration), wait up to this long for the final caption "
+             "of speech still queued.", "sessions"
+    )
+    json_max_depth: int = _opt(32, "Deepest JSON nesting accepted from clients (HTTP and data channel).",
+                               "sessions")
+    json_max_number_chars: int = _opt(64, "Longest JSON number literal accepted from clients.", "sessions")
     max_body_bytes: int = _opt(256 * 1024, "Largest JSON or SDP request body accepted (413 above).", "sessions")
     max_event_bytes: int = _opt(64 * 1024, "Largest data-channel message accepted (an error event above).",
                                 "sessions")
+    api_keys: list[str] = _opt([], "Server API keys (comma-separated, at least 16 characters each). They authorise "
+                                   "everything; with none the server is open, which it allows only on loopback.",
+                               "security", secret=True)
+    insecure_open: bool = _opt(False, "Run without API keys on a non-loopback address: anyone who reaches the port "
+                                      "can start sessions. Only for trusted networks.", "security")
+    allowed_origins: list[str] = _opt([], "Browser origins (scheme://host[:port]) allowed to call the API besides "
+                                          "the server's own origin and loopback origins; * allows any.", "security")
+    allowed_hosts: list[str] = _opt([], "Host names the server answers to besides loopback names, the bound "
+                                        "address and (when bound to every interface) IP literals; guards against "
+                                        "DNS rebinding; * allows any.", "security")
+    client_token_ttl_s: int = _opt(300, "Lifetime of client tokens from POST /v1/tokens, in seconds.", "security")
+    room_link_ttl_s: int = _opt(
+        4 * 3600, "Lifetime of a call room's join link (POST /v1/rooms), in seconds; its holders may join until then.",
+        "security")
+    page_session_ttl_s: int = _opt(12 * 3600, "Lifetime of a page sign-in (the cookie set by POST /login).",
+                                   "security")
+    max_client_tokens: int = _opt(10000, "Most unexpired client tokens and page sign-ins kept at once.",
+                                  "security")
+    rate_sessions_per_minute: int = _opt(60, "Sessions one client (API key or IP) may create per minute "
+                                             "(429 above).", "security")
+    rate_uploads_per_minute: int = _opt(10, "Uploads to /v1/translate/stream per client per minute.", "security")
+    rate_tokens_per_minute: int = _opt(120, "Client tokens one client may mint per minute.", "security")
+    rate_logins_per_minute: int = _opt(10, "Page sign-in attempts per IP per minute.", "security")
+    admission_max_loop_lag_ms: float = _opt(
+        300.0, "Refuse new sessions (503) while the event loop's recent lag (p90 over 5 s) is above this "
+               "(0 = off).", "security")
+    admission_max_queue_delay_ms: float = _opt(
+        2500.0, "Refuse new sessions (503) while an engine's recent queueing delay is above this (0 = off).",
+        "security")
     stun_urls: list[str] = _opt([], "STUN server URLs for both peers (comma-separated), e.g. "
                                     "stun:stun.example.org:3478.", "ice")
     turn_urls: list[str] = _opt([], "TURN server URLs (comma-separated), e.g. turn:turn.example.org:3478?"
@@ -61,7 +119,8 @@ class Settings:
                                 "credentials (TURN REST API).", "ice", secret=True)
     turn_username: str = _opt("", "Static TURN username (when no turn secret is set).", "ice")
     turn_credential: str = _opt("", "Static TURN password (when no turn secret is set).", "ice", secret=True)
-    turn_ttl_s: int = _opt(24 * 3600, "Lifetime of generated TURN credentials in seconds.", "ice")
+    turn_ttl_s: int = _opt(600, "Lifetime of generated TURN credentials in seconds (60-86400): how long a "
+                                "browser may start using them; relays already allocated keep running.", "ice")
     ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
     audio_jitter_frames: int = _opt(0, "Audio frames (20 ms) a receiver waits for after each one before decoding "
                                        "it (aiortc's default is 4: 80 ms). 0 decodes each packet as it arrives "
@@ -106,11 +165,26 @@ class Settings:
                                        "policy cuts its context before the budget runs out).", "engines")
     st_max_lag_s: float = _opt(3.0, "Spoken translation lag (s) above which speech speeds up or skips stale text.",
                                "engines")
-    st_max_upload_bytes: int = _opt(64 * 1024 * 1024, "Largest audio upload to /v1/translate/stream (413 above).",
-                                    "engines")
+    st_max_upload_bytes: int = _opt(32 * 1024 * 1024, "Largest audio upload to /v1/translate/stream (413 above).",
+                                    "limits")
+    st_max_upload_seconds: float = _opt(1800.0, "Longest audio /v1/translate/stream translates: refused (413 "
+                                                "audio_too_long) when the file's header says more, stopped with an "
+                                                "error event when decoding passes it.", "limits")
+    upload_read_timeout_s: float = _opt(20.0, "An upload that sends no data for this long gets 408 "
+                                              "(upload_timeout).", "limits")
+    upload_deadline_s: float = _opt(120.0, "An upload whose body is not all read this many seconds after the "
+                                           "request started gets 408 (upload_timeout).", "limits")
+    max_instructions_chars: int = _opt(8000, "Longest agent instructions (config, session.update) and tool output "
+                                             "accepted (400 / error config_too_large above).", "limits")
+    max_tools: int = _opt(32, "Most tools a page may declare in session.update (config_too_large above).", "limits")
+    max_tool_schema_bytes: int = _opt(16384, "Largest total JSON size of the tools a page declares "
+                                             "(config_too_large above).", "limits")
+    max_text_field_chars: int = _opt(1000, "Longest other free-text config field or client text (filler, vision "
+                                           "prompt, user message...; config_too_large above).", "limits")
     llm_engine: str = _opt("embedded", "LLM engine: embedded or openai.", "engines")
     llm_url: str = _opt("", "Base URL of an OpenAI-compatible chat-completions server.", "engines")
-    llm_model: str = _opt("", "LLM model: empty = the packaged SmolLM2-135M-Instruct; a .gguf or transformers "
+    llm_model: str = _opt("", "LLM model: empty = the packaged default (see README); smollm2-135m or "
+                              "qwen2.5-coder-0.5b; a .gguf or transformers "
                               "folder; or the remote server's model name (empty = its first model).", "engines")
     llm_api_key: str = _opt("", "API key for the remote LLM server.", "engines", secret=True)
     llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
@@ -131,11 +205,20 @@ class Settings:
     vlm_model: str = _opt("", "Vision model name or path.", "engines")
 
     def public(self) -> dict[str, Any]:
-        """The settings with secrets masked, for logs and session descriptions."""
+        """The settings with secrets masked (``secret`` fields as ``***``, ``*_url``/``*_urls`` without user-info
+        or query values), for logs and session descriptions."""
+        from rtc_agent.redact import redact_url
+
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = "***" if f.metadata.get("secret") and value else value
+            if f.metadata.get("secret") and value:
+                value = "***"
+            elif f.name.endswith("_url") and isinstance(value, str):
+                value = redact_url(value)
+            elif f.name.endswith("_urls") and isinstance(value, list):
+                value = [redact_url(v) for v in value]
+            out[f.name] = value
         return out
 
     def engine(self, kind: str) -> dict[str, str]:
@@ -235,20 +318,44 @@ def validate(settings: Settings) -> None:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
     if settings.max_sessions < 1:
         raise SettingsError("max_sessions must be at least 1")
+    if not 2 <= settings.max_room_participants <= 16 or settings.room_transcripts_kept < 0:
+        raise SettingsError("max_room_participants must be 2-16 and room_transcripts_kept at least 0")
     if settings.ice_transport_policy not in ("all", "relay"):
         raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
+    if not 60 <= settings.turn_ttl_s <= 86400:
+        raise SettingsError(f"turn_ttl_s must be 60-86400 seconds, got {settings.turn_ttl_s}")
     if not 0 <= settings.audio_jitter_frames <= 4:
         raise SettingsError("audio_jitter_frames must be 0-4")
     if settings.video_fps <= 0 or settings.video_max_edge < 16:
         raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
     if settings.heartbeat_timeout_s <= 0:
         raise SettingsError("heartbeat_timeout_s must be > 0")
+    if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
+            or settings.final_drain_s < 0:
+        raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "
+                            "final_drain_s >= 0")
+    if settings.max_pending_sessions_per_client < 1 or settings.max_candidates_per_patch < 1:
+        raise SettingsError("max_pending_sessions_per_client and max_candidates_per_patch must be at least 1")
+    if settings.json_max_depth < 2 or settings.json_max_number_chars < 16:
+        raise SettingsError("json_max_depth must be at least 2 and json_max_number_chars at least 16")
     if settings.asr_device not in ("cpu", "cuda", "auto"):
         raise SettingsError("asr_device must be cpu, cuda or auto")
     if not 0.0 < settings.vad_threshold < 1.0:
         raise SettingsError("vad_threshold must be between 0 and 1")
     if settings.llm_precision not in LLM_PRECISIONS:
         raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
+    short = [k for k in settings.api_keys if len(k) < 16]
+    if short:
+        raise SettingsError("api_keys must be at least 16 characters each")
+    for name in ("client_token_ttl_s", "room_link_ttl_s", "page_session_ttl_s", "max_client_tokens",
+                 "rate_sessions_per_minute", "rate_uploads_per_minute", "rate_tokens_per_minute",
+                 "rate_logins_per_minute"):
+        if getattr(settings, name) < 1:
+            raise SettingsError(f"{name} must be at least 1")
+    for name in ("st_max_upload_seconds", "upload_read_timeout_s", "upload_deadline_s", "max_instructions_chars",
+                 "max_tools", "max_tool_schema_bytes", "max_text_field_chars"):
+        if getattr(settings, name) <= 0:
+            raise SettingsError(f"{name} must be > 0")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")
 

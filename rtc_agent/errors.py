@@ -7,16 +7,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from rtc_agent.redact import redact_text
+
 
 class AgentError(Exception):
-    """An error a client can act on. ``code`` is stable and machine-readable; ``message`` is for humans."""
+    """An error a client can act on. ``code`` is stable and machine-readable; ``message`` is for humans.
+
+    ``message`` is redacted on the way in (:func:`rtc_agent.redact.redact_text`: URL user-info and query values,
+    bearer tokens, registered secrets), so no error that reaches a client or a log carries a credential.
+    ``param`` names the request field at fault when there is one (OpenAI's error shape), else None.
+    """
 
     type: str = "server_error"
     code: str = "internal_error"
     status: int = 500
 
     def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, param: str | None = None) -> None:
+        message = redact_text(message)
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -24,9 +32,11 @@ class AgentError(Exception):
         if status is not None:
             self.status = status
         self.retry_after = retry_after
+        self.param = param
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "code": self.code, "message": self.message}
+        """``{type, code, message, param}``: the ``error`` object of an HTTP error body."""
+        return {"type": self.type, "code": self.code, "message": self.message, "param": self.param}
 
 
 class InvalidRequest(AgentError):
@@ -35,6 +45,30 @@ class InvalidRequest(AgentError):
     type = "invalid_request_error"
     code = "invalid_request"
     status = 400
+
+
+class Unauthorized(AgentError):
+    """No credential, or one that is wrong, expired or used up (HTTP 401)."""
+
+    type = "authentication_error"
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(AgentError):
+    """A valid request that this credential, origin or host may not make (HTTP 403)."""
+
+    type = "permission_error"
+    code = "forbidden"
+    status = 403
+
+
+class RateLimited(AgentError):
+    """Too many requests from one client; retry after ``retry_after`` seconds (HTTP 429)."""
+
+    type = "rate_limit_error"
+    code = "rate_limited"
+    status = 429
 
 
 class NotFound(AgentError):

@@ -99,7 +99,10 @@ async def start_server() -> AsyncIterator[Callable[..., Any]]:
 
     async def start(**overrides: Any) -> RunningServer:
         port = free_port()
-        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **{"preload": [], **overrides})
+        # Admission by event-loop lag is off by default here: the tests' peers share the server's loop (and the
+        # engines load in it), so its lag says little about the server; tests of admission turn it on.
+        defaults = {"preload": [], "admission_max_loop_lag_ms": 0.0}
+        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **{**defaults, **overrides})
         app = create_app(settings, worker=shared_worker(settings))
         runner = web.AppRunner(app)
         await runner.setup()

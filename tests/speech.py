@@ -42,7 +42,7 @@ __all__ = [
     "write_wav",
 ]
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: noise-free voice (the same audio on every machine)
 _MEMORY_ITEMS = 64
 _lock = threading.Lock()
 _engine: PiperEngine | None = None
@@ -66,7 +66,7 @@ def _voice_id() -> str:
 def _get_engine() -> PiperEngine:
     global _engine
     if _engine is None:
-        engine = PiperEngine(warmup=False, volume=0.9)
+        engine = PiperEngine(warmup=False, volume=0.9, noise=False)  # no random variation between runs
         engine.load()
         _engine = engine
     return _engine

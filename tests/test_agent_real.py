@@ -108,7 +108,7 @@ async def test_talking_over_the_agent_cuts_it_off(start_server):
 
 
 async def test_chat_with_the_embedded_smollm2(start_server):
-    server = await start_server()
+    server = await start_server(llm_model="smollm2-135m")  # the fastest packaged model (not the default)
     peer = ClientPeer(server.url, "agent", config={"max_tokens": 24},
                       audio=PcmSourceTrack(spoken(0.5, "Hello, how are you today?", 4.0), RATE, tail="silence"))
     await peer.connect()

@@ -56,17 +56,34 @@ def test_local_agreement_commits_what_two_hypotheses_share():
 
 
 class ScriptedRecognizer:
-    """Answers each call with the next scripted transcript; records the requests."""
+    """Answers each partial decode (greedy) with the next transcript of ``script`` and each final decode (beam
+    search) with the next of ``finals``; an empty answer when a script has run out (a final then falls back to
+    what the partials showed). Records the requests."""
 
-    def __init__(self, script: list[Transcript | Exception], delay: float = 0.0) -> None:
+    def __init__(self, script: list[Transcript | Exception], delay: float = 0.0,
+                 finals: list[Transcript | Exception] | None = None) -> None:
         self.script = list(script)
+        self.final_script = list(finals or [])
         self.requests: list[TranscribeRequest] = []
         self.delay = delay
+
+    @staticmethod
+    def is_final(request: TranscribeRequest) -> bool:
+        return (request.beam_size or 1) > 1
+
+    @property
+    def partial_requests(self) -> list[TranscribeRequest]:
+        return [r for r in self.requests if not self.is_final(r)]
+
+    @property
+    def final_requests(self) -> list[TranscribeRequest]:
+        return [r for r in self.requests if self.is_final(r)]
 
     async def __call__(self, request: TranscribeRequest) -> Transcript:
         self.requests.append(request)
         await asyncio.sleep(self.delay)
-        item = self.script.pop(0) if self.script else Transcript(text="", prefix_applied=True)
+        source = self.final_script if self.is_final(request) else self.script
+        item = source.pop(0) if source else Transcript(text="", prefix_applied=True, language=request.language)
         if isinstance(item, Exception):
             raise item
         return item
@@ -84,7 +101,8 @@ class Harness:
         self.transcriber = StreamingTranscriber(
             recognizer, self.events.append,
             lambda coro, name: self.tasks.append(asyncio.get_running_loop().create_task(coro)) or self.tasks[-1],
-            TranscriberConfig(**{"language": "en", "min_commit_ms": 0, **config}),
+            TranscriberConfig(**{"language": "en", "min_commit_ms": 0, "final_beam_size": 5, "prompt_chars": 300,
+                                 "context_s": 0, **config}),
         )
         self.ms = 0
 
@@ -136,18 +154,25 @@ async def test_partials_commit_agreed_words_and_final_adds_the_tail():
 
 
 async def test_final_reuses_a_decode_that_covered_the_end():
-    rec = ScriptedRecognizer([hyp("one"), hyp("one two three")])
+    """The final decode (beam search, the whole utterance, no forced prefix) starts at the first quiet window
+    once the tail has arrived, so the VAD's end finds it done."""
+    rec = ScriptedRecognizer([hyp("one")], finals=[hyp("One, two, three.")])
     h = Harness(rec, decode_interval_ms=10_000)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
     await h.speak(1000)
     assert len(rec.requests) == 1 and len(rec.requests[0].audio) == 300 * 16  # first decode at min_decode_ms
-    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)  # speculative decode right away
+    pause = h.ms
+    h.transcriber.on_speech(SpeechEvent("pause", pause), h.ms)
     await h.settle()
-    calls = len(rec.requests)
-    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms + 250)
+    assert len(rec.requests) == 1  # waits for the tail
+    await h.speak(200)
+    assert len(rec.final_requests) == 1
+    final = rec.final_requests[0]
+    assert final.prefix == "" and final.beam_size == 5 and len(final.audio) == (pause + 150) * 16
+    h.transcriber.on_speech(SpeechEvent("end", pause), h.ms + 50)
     await h.settle()
-    assert len(rec.requests) == calls  # no extra decode for the final
-    assert h.of("caption.final")[0].text == "one two three"
+    assert len(rec.requests) == 2  # no extra decode for the final
+    assert [f.text for f in h.of("caption.final")] == ["One, two, three."]
 
 
 async def test_the_first_decode_starts_when_speech_is_confirmed():
@@ -164,16 +189,14 @@ async def test_the_first_decode_starts_when_speech_is_confirmed():
 
 
 async def test_an_utterance_starting_during_the_last_decode_of_the_previous_one_waits_for_it():
-    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma"), hyp("delta"), hyp("delta epsilon")],
+    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("delta")], finals=[hyp("alpha beta gamma"), hyp("delta epsilon")],
                              delay=0.2)
     h = Harness(rec, decode_interval_ms=10_000)
     h.audio(400)
     h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
     await h.settle()
     h.audio(1000)
-    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)  # the last decode of the first utterance
-    h.audio(300)
-    h.transcriber.on_speech(SpeechEvent("end", h.ms - 400), h.ms)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)  # the final decode of the first utterance
     h.audio(400)
     h.transcriber.on_speech(SpeechEvent("start", h.ms - 300), h.ms)  # while that decode still runs
     second_start = h.ms - 300
@@ -193,7 +216,7 @@ async def test_an_utterance_starting_during_the_last_decode_of_the_previous_one_
 
 
 async def test_final_decodes_when_no_result_covers_the_end():
-    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma")])
+    rec = ScriptedRecognizer([hyp("alpha beta")], finals=[hyp("alpha beta gamma")])
     h = Harness(rec, decode_interval_ms=600)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
     await h.speak(700)
@@ -203,6 +226,101 @@ async def test_final_decodes_when_no_result_covers_the_end():
     assert len(rec.requests) == 2
     assert len(rec.requests[1].audio) == (h.ms - 300 + 150) * 16  # cut at the end of speech plus the tail
     assert h.of("caption.final")[0].text == "alpha beta gamma"
+
+
+async def test_speech_that_resumes_after_a_pause_gets_a_new_final_decode():
+    rec = ScriptedRecognizer([hyp("one two")] * 3, finals=[hyp("one two"), hyp("one two three four")])
+    h = Harness(rec, decode_interval_ms=400)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(800)
+    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    await h.speak(200)
+    assert len(rec.final_requests) == 1
+    h.transcriber.on_speech(SpeechEvent("resume", h.ms), h.ms)
+    await h.speak(600)
+    end = h.ms
+    h.transcriber.on_speech(SpeechEvent("pause", end), h.ms)
+    await h.speak(300)
+    h.transcriber.on_speech(SpeechEvent("end", end), h.ms)
+    await h.settle()
+    assert len(rec.final_requests) == 2 and len(rec.final_requests[1].audio) == (end + 150) * 16
+    assert [f.text for f in h.of("caption.final")] == ["one two three four"]
+
+
+async def test_utterances_queued_behind_a_slow_final_each_get_their_own_final():
+    """Three utterances start and end while the first one's final decode runs: none is lost, none is merged
+    into another, and a finished utterance is never extended by a later end."""
+    rec = ScriptedRecognizer([], finals=[hyp("first one"), hyp("rear left"), hyp("third words")], delay=1.0)
+    h = Harness(rec, decode_interval_ms=10_000)
+    h.audio(200)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    h.audio(1000)
+    h.transcriber.on_speech(SpeechEvent("end", 1000), h.ms)  # its final decode starts, and takes a second
+    spans = [(1500, 2100), (2600, 3400)]
+    for start, end in spans:
+        h.audio(start + 300 - h.ms)
+        h.transcriber.on_speech(SpeechEvent("start", start), h.ms)
+        h.audio(end + 300 - h.ms)
+        h.transcriber.on_speech(SpeechEvent("end", end), h.ms)
+    assert h.transcriber.pending_utterances == 3
+    for _ in range(3):
+        await h.settle()
+        h.transcriber.poll(h.ms)
+    finals = h.of("caption.final")
+    assert [f.text for f in finals] == ["first one", "rear left", "third words"]
+    assert [(f.audio_start_ms, f.audio_end_ms) for f in finals] == [(0, 1000), *spans]
+    # each final decode heard its own utterance: from the pre-roll to the end plus the tail
+    assert [len(r.audio) // 16 for r in rec.final_requests] == [1150, 600 + 200 + 150, 800 + 200 + 150]
+    stopped = [e.audio_end_ms for e in h.of("input_audio_buffer.speech_stopped")]
+    assert stopped == [1000, 2100, 3400]
+    assert finals[-1].behind_ms >= 0 and h.transcriber.pending_utterances == 0
+
+
+async def test_a_final_without_a_usable_decode_is_what_the_partials_showed():
+    rec = ScriptedRecognizer([hyp("alpha beta"), hyp("alpha beta gamma")],
+                             finals=[hyp("la la la", compression_ratio=3.0)])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(600)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.final")[0].text == "alpha beta gamma"
+
+
+async def test_finals_never_repeat_a_sentence_or_the_previous_tail():
+    rec = ScriptedRecognizer([], finals=[
+        hyp("A new release in the second week of March. The new release in the 2nd week of March."),
+        hyp("of March. We measured the latency."),
+    ])
+    h = Harness(rec, decode_interval_ms=10_000)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(2000)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    h.audio(100)  # the next utterance's pre-roll reaches into the previous one
+    h.transcriber.on_speech(SpeechEvent("start", h.ms - 50), h.ms)
+    await h.speak(1500)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == ["A new release in the second week of March.",
+                                                        "We measured the latency."]
+    assert h.transcriber.repeats_dropped == 2
+    # the previous final is the decoder's context
+    assert rec.final_requests[1].prompt == "A new release in the second week of March."
+
+
+async def test_partials_say_how_far_behind_they_are():
+    rec = ScriptedRecognizer([hyp("slow words")] * 3, delay=0.3)
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    h.audio(400)
+    h.transcriber.poll(h.ms)
+    await asyncio.sleep(0.1)
+    h.audio(1000)  # audio keeps arriving while the decode runs
+    await h.settle()
+    partial = h.of("caption.partial")[0]
+    assert partial.behind_ms == h.ms - partial.audio_end_ms == 1000
+    assert h.transcriber.stats()["max_behind_ms"] == 1000
 
 
 async def test_silence_guard_drops_hallucinations():
@@ -235,15 +353,14 @@ async def test_long_speech_is_trimmed_at_a_committed_segment_boundary():
     h.transcriber.poll(h.ms)
     await h.settle()
     h.audio(100)
-    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    h.transcriber.poll(h.ms + 16_000)  # the next partial decode is due
     await h.settle()
     finals = h.of("caption.final")
     assert [f.text for f in finals] == ["first sentence here."]
     assert finals[0].audio_end_ms == 6000
     assert h.transcriber.buffer_ms == 16_600 - 6000  # the audio before the boundary is gone
     h.audio(100)
-    h.transcriber.on_speech(SpeechEvent("resume", h.ms), h.ms)
-    h.transcriber.on_speech(SpeechEvent("pause", h.ms), h.ms)
+    h.transcriber.poll(h.ms + 32_000)
     await h.settle()
     assert rec.requests[-1].prefix == "second"  # committed words past the boundary stay as the prefix
     last = h.of("caption.partial")[-1]
@@ -272,20 +389,20 @@ async def test_engine_errors_are_reported_once_and_the_utterance_goes_on():
     assert h.of("caption.partial")[-1].tentative == "finally"
 
 
-async def test_language_detection_is_locked_per_utterance():
-    rec = ScriptedRecognizer([Transcript(text="hola", language="es", language_prob=0.9, audio_s=1.5,
-                                         prefix_applied=True)])
-    events: list = []
-    t = StreamingTranscriber(rec, events.append, lambda c, n: asyncio.get_running_loop().create_task(c),
-                             TranscriberConfig(language=None, decode_interval_ms=100))
-    for i in range(100):
-        t.push_audio(np.zeros(320, dtype=np.float32), i * 20)
-    t.on_speech(SpeechEvent("start", 0), 2000)
-    await asyncio.sleep(0.05)
-    t.poll(2200)
-    await asyncio.sleep(0.05)
-    assert rec.requests[0].language is None and rec.requests[1].language == "es"
-    assert t.language == "es"
+async def test_auto_language_waits_for_enough_audio_and_keeps_one_language_per_utterance():
+    """With ``auto`` nothing is decoded (or labelled) from under 1.5 s of audio; the first decode's detection
+    picks the utterance's language, and every later decode of the utterance uses it."""
+    rec = ScriptedRecognizer([Transcript(text="hola", language="es", language_prob=0.9, audio_s=1.6,
+                                         language_probs=[("es", 0.9), ("pt", 0.05)], prefix_applied=True),
+                              hyp("hola amigos")])
+    h = Harness(rec, language=None, decode_interval_ms=100)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(1400)
+    assert rec.requests == []
+    await h.speak(300)
+    assert rec.requests[0].language is None and rec.requests[0].detect_language
+    assert rec.requests[1].language == "es" and not rec.requests[1].detect_language
+    assert {p.language for p in h.of("caption.partial")} == {"es"}
 
 
 @pytest.mark.parametrize("text", ["", "one"])
@@ -297,3 +414,34 @@ async def test_flush_closes_an_open_utterance(text):
     h.transcriber.flush(h.ms)
     await h.settle()
     assert [f.text for f in h.of("caption.final")] == ([text] if text else [])
+
+
+def test_decoder_loops_are_cut_but_real_repeats_stay():
+    from rtc_agent.apps.captions.local_agreement import drop_loops
+
+    looped = "Weasels have eaten our phone system. Weasels have eaten our phone system. Weasels"
+    assert drop_loops(looped) == "Weasels have eaten our phone system."
+    assert drop_loops("press one, press one, press one now") == "press one, press one, press one now"  # n < 3
+    assert drop_loops("I said no no no to that") == "I said no no no to that"
+    assert drop_loops("the new release in March the new release in March and later") == (
+        "the new release in March and later")
+
+
+async def test_the_final_decode_hears_the_previous_utterances_and_keeps_only_its_own_segments():
+    first = hyp("Agent login.", [(0.0, 1.2, " Agent login.")])
+    both = hyp("Agent login. Press star for help.", [(0.0, 1.2, " Agent login."), (2.3, 3.4, " Press star for help.")])
+    rec = ScriptedRecognizer([], finals=[first, both])
+    h = Harness(rec, decode_interval_ms=10_000, context_s=8.0)
+    h.audio(200)
+    h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
+    h.audio(1100)
+    h.transcriber.on_speech(SpeechEvent("end", 1300), h.ms)
+    await h.settle()
+    h.audio(900)  # a pause of a second, then the next utterance
+    h.transcriber.on_speech(SpeechEvent("start", 2300), h.ms)
+    h.audio(1200)
+    h.transcriber.on_speech(SpeechEvent("end", 3200), h.ms)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star for help."]
+    # from the first utterance's pre-roll to the second one's end plus the tail
+    assert len(rec.final_requests[1].audio) == (3200 + 150 - 0) * 16

@@ -67,7 +67,7 @@ async def test_translate_stream_emits_english_with_the_content_words(server):
 
 
 async def test_translate_stream_refuses_bad_requests_clearly(start_server):
-    server = await start_server(st_max_upload_bytes=4096)
+    server = await start_server(st_max_upload_bytes=4096, rate_uploads_per_minute=1000)  # many bad requests in a row
     url = f"{server.url}/v1/translate/stream"
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json={"direction": "es-en"}) as resp:

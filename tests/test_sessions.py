@@ -205,17 +205,19 @@ async def test_whip_style_offer_and_trickle(server):
             status, headers, answer = resp.status, resp.headers, await resp.text()
         assert status == 201 and headers["Content-Type"].startswith("application/sdp")
         location = headers["Location"]
+        auth = {"Authorization": f"Bearer {headers['X-Session-Token']}"}
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
-        async with http.patch(f"{server.url}{location}", json={"candidates": [{"candidate": "garbage"}]}) as r:
+        async with http.patch(f"{server.url}{location}", json={"candidates": [{"candidate": "garbage"}]},
+                              headers=auth) as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "invalid_candidate"
         frag = "a=mid:0\r\n" + "".join(f"a={c}\r\n" for c in candidates) + "a=end-of-candidates\r\n"
         async with http.patch(f"{server.url}{location}", data=frag.encode(),
-                              headers={"Content-Type": "application/trickle-ice-sdpfrag"}) as r:
+                              headers={"Content-Type": "application/trickle-ice-sdpfrag", **auth}) as r:
             assert r.status == 204
         await asyncio.wait_for(opened.wait(), 15)
-        async with http.get(f"{server.url}{location}") as r:
+        async with http.get(f"{server.url}{location}", headers=auth) as r:
             assert (await r.json())["connection_state"] == "connected"
-        async with http.delete(f"{server.url}{location}") as r:
+        async with http.delete(f"{server.url}{location}", headers=auth) as r:
             assert r.status == 204
         async with http.get(f"{server.url}/v1/sessions/sess_missing") as r:
             assert r.status == 404 and (await r.json())["error"]["code"] == "session_not_found"
@@ -238,12 +240,13 @@ async def test_json_trickle(server):
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{server.url}/v1/sessions", json={"app": "echo", "sdp": offer}) as resp:
             data = await resp.json()
+        auth = {"Authorization": f"Bearer {data['session_token']}"}
         await pc.setRemoteDescription(RTCSessionDescription(sdp=data["sdp"], type="answer"))
         async with http.patch(f"{server.url}/v1/sessions/{data['session_id']}",
-                              json={"candidates": candidates, "end_of_candidates": True}) as r:
+                              json={"candidates": candidates, "end_of_candidates": True}, headers=auth) as r:
             assert r.status == 204
         await asyncio.wait_for(opened.wait(), 15)
-        async with http.delete(f"{server.url}/v1/sessions/{data['session_id']}") as r:
+        async with http.delete(f"{server.url}/v1/sessions/{data['session_id']}", headers=auth) as r:
             assert r.status == 204
     await pc.close()
 
@@ -311,10 +314,12 @@ async def test_ice_failure_ends_the_session(server):
     await pc.close()  # the client vanishes before it ever answers a connectivity check
     async with aiohttp.ClientSession() as http:
         async with http.post(f"{server.url}/v1/sessions", json={"app": "echo", "sdp": offer}) as resp:
-            session_id = (await resp.json())["session_id"]
+            data = await resp.json()
+        session_id = data["session_id"]
         session = server.registry.get(session_id)
         async with http.patch(f"{server.url}/v1/sessions/{session_id}",
-                              json={"candidates": [], "end_of_candidates": True}) as resp:
+                              json={"candidates": [], "end_of_candidates": True},
+                              headers={"Authorization": f"Bearer {data['session_token']}"}) as resp:
             assert resp.status == 204
     await wait_until(lambda: session.state == "closed", timeout=15)
     assert session.close_reason == "ice_failed"

@@ -92,6 +92,8 @@ class App:
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         self.ctx = ctx
         self.config = config
+        #: the page's microphone is muted (``input_audio.muted``)
+        self.input_muted = False
 
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
@@ -116,6 +118,25 @@ class App:
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         """An RGB camera frame sampled at the session's video rate, stamped on the session clock."""
+
+    def set_input_muted(self, muted: bool) -> None:
+        """``input_audio.muted``: the session calls this for every app (the event never reaches ``on_event``).
+
+        Muting ends speech now: apps with a VAD path (``_on_window(prob, start_ms, end_ms)``, as captions and
+        the agent have) get silent windows covering their end-of-speech silence, so their own logic finalizes the
+        caption or ends the turn at once. Apps override this for anything else.
+        """
+        was, self.input_muted = self.input_muted, bool(muted)
+        on_window = getattr(self, "_on_window", None)
+        if not muted or was or not callable(on_window):
+            return
+        segmenter = getattr(self, "segmenter", None)
+        if segmenter is not None and not getattr(segmenter, "in_speech", False):
+            return
+        silence_ms = int(getattr(segmenter, "min_silence_ms", 500) or 500) + 64
+        start = self.ctx.now_ms()
+        for at in range(start, start + silence_ms, 32):
+            on_window(0.0, at, at + 32)
 
     async def on_event(self, event: ClientEvent) -> None:
         """A validated client event other than ping/pong. Unhandled types get an ``unsupported_event`` error."""

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.base import App, AppContext, UtteranceHandle
+from rtc_agent.apps.limits import show_keys
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent
 from rtc_agent.protocol.events import SessionUpdate, SessionUpdated
@@ -35,7 +36,7 @@ class EchoApp(App):
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
         unknown = set(config) - {"delay_s"}
         if unknown:
-            raise InvalidRequest(f"unknown echo config keys: {sorted(unknown)}", code="invalid_config")
+            raise InvalidRequest(f"unknown echo config keys: {show_keys(unknown)}", code="invalid_config")
         delay = config.get("delay_s", settings.echo_delay_s if settings is not None else 1.0)
         if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY_S:
             raise InvalidRequest(f"delay_s must be a number from 0 to {MAX_DELAY_S}", code="invalid_config")
@@ -62,6 +63,8 @@ class EchoApp(App):
     async def on_event(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
             update = event.session.get("config", event.session)
+            if not isinstance(update, dict):
+                raise InvalidRequest("session.update needs an object of settings", code="invalid_config")
             self.delay_s = self.validate_config({"delay_s": self.delay_s, **update}, None)["delay_s"]
             if self.ctx.speech is not None:
                 self.ctx.speech.clear()

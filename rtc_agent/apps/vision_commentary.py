@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.base import AppContext
+from rtc_agent.apps.limits import TextLimits, show, show_keys
 from rtc_agent.apps.vision_session import SessionBusy, SessionOptions, VisionOutput, VisionSession
 from rtc_agent.errors import AgentError, AtCapacity, EngineError, InvalidRequest
 from rtc_agent.protocol.events import (
@@ -67,8 +68,10 @@ COMMENTARY_DEFAULTS: dict[str, Any] = {
 }
 """Configuration keys of :class:`VisionCommentary` and their defaults:
 
-- ``prompt`` (str): the standing instruction before any frame (the session's initial prompt).
-- ``system_prompt`` (str | None): ``None`` = the backend's default (MOSS's realtime system prompt).
+- ``prompt`` (str, at most ``max_text_field_chars``): the standing instruction before any frame (the session's
+  initial prompt).
+- ``system_prompt`` (str | None, at most ``max_instructions_chars``): ``None`` = the backend's default (MOSS's
+  realtime system prompt).
 - ``max_tokens_per_turn`` (int, 1-1000): decode rate cap in tokens per second.
 - ``frame_queue_size`` (int, 1-256): frames waiting for the model, at most (oldest dropped beyond).
 - ``max_new_tokens`` (int, 1-4096): tokens after one input before the model must wait for more input.
@@ -85,25 +88,28 @@ def _number(config: Mapping[str, Any], key: str, kind: type, low: float, high: f
         raise InvalidRequest(f"vision config {key} must be {'an integer' if kind is int else 'a number'}",
                              code="invalid_config")
     if not low <= value <= high:
-        raise InvalidRequest(f"vision config {key} must be within {low}..{high}, got {value}", code="invalid_config")
+        raise InvalidRequest(f"vision config {key} must be within {low}..{high}, got {show(value)}",
+                             code="invalid_config")
     return kind(value)
 
 
-def validate_commentary_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+def validate_commentary_config(config: Mapping[str, Any] | None, settings: Any = None) -> dict[str, Any]:
     """``config`` with defaults applied (:data:`COMMENTARY_DEFAULTS`); raises :class:`InvalidRequest`
-    (``code="invalid_config"``) for unknown keys or bad values."""
+    (``code="invalid_config"``) for unknown keys or bad values, ``config_too_large`` for a prompt over the caps of
+    ``settings`` (see :mod:`rtc_agent.apps.limits`; their defaults when ``None``)."""
     config = dict(config or {})
     unknown = set(config) - set(COMMENTARY_DEFAULTS)
     if unknown:
-        raise InvalidRequest(f"unknown vision config keys: {sorted(unknown)}", code="invalid_config")
+        raise InvalidRequest(f"unknown vision config keys: {show_keys(unknown)}", code="invalid_config")
+    limits = TextLimits.from_settings(settings)  # on what the client gave: the defaults may be longer than a cap
+    if config.get("prompt") != COMMENTARY_DEFAULTS["prompt"]:
+        limits.text("vision config prompt", config.get("prompt"))
+    limits.instructions("vision config system_prompt", config.get("system_prompt"))
     out = {**COMMENTARY_DEFAULTS, **config}
-    if not isinstance(out["prompt"], str) or len(out["prompt"]) > 4000:
-        raise InvalidRequest("vision config prompt must be a string of at most 4000 characters",
-                             code="invalid_config")
-    if out["system_prompt"] is not None and (not isinstance(out["system_prompt"], str)
-                                             or len(out["system_prompt"]) > 8000):
-        raise InvalidRequest("vision config system_prompt must be null or a string of at most 8000 characters",
-                             code="invalid_config")
+    if not isinstance(out["prompt"], str):
+        raise InvalidRequest("vision config prompt must be a string", code="invalid_config")
+    if out["system_prompt"] is not None and not isinstance(out["system_prompt"], str):
+        raise InvalidRequest("vision config system_prompt must be null or a string", code="invalid_config")
     out["max_tokens_per_turn"] = _number(out, "max_tokens_per_turn", int, 1, 1000)
     out["frame_queue_size"] = _number(out, "frame_queue_size", int, 1, 256)
     out["max_new_tokens"] = _number(out, "max_new_tokens", int, 1, 4096)
@@ -133,7 +139,9 @@ class VisionCommentary:
         self.ctx = ctx
         self.worker = worker
         self.engine_name = engine_name
-        self.config = validate_commentary_config(config)
+        settings = getattr(ctx, "settings", None)
+        self.config = validate_commentary_config(config, settings)
+        self.limits = TextLimits.from_settings(settings)
         self.state = "idle"
         self.error: dict[str, Any] | None = None
         self.engine_info: dict[str, Any] = {}
@@ -280,9 +288,11 @@ class VisionCommentary:
     async def prompt(self, text: str) -> None:
         """Send a user prompt to the vision session; it opens a new round.
 
-        Raises :class:`InvalidRequest` (``vision_unavailable`` when commentary is not running, ``invalid_prompt``
-        for an empty prompt) or :class:`AgentError` (``vision_busy``, 429) when too many prompts wait.
+        Raises :class:`InvalidRequest` (``config_too_large`` over ``max_text_field_chars``, ``vision_unavailable``
+        when commentary is not running, ``invalid_prompt`` for an empty prompt) or :class:`AgentError`
+        (``vision_busy``, 429) when too many prompts wait.
         """
+        self.limits.text("vision.prompt text", text)
         session = self._session
         if session is None or self.state != "running":
             raise InvalidRequest(f"visual commentary is not running ({self.state})", code="vision_unavailable")

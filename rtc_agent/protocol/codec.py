@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import json
 import secrets
 from typing import Any
 
 from pydantic import ValidationError
 
 from rtc_agent.errors import AgentError
+from rtc_agent.protocol import json_limits
 from rtc_agent.protocol.events import CLIENT_EVENTS, ClientEvent, Error, ErrorBody, ServerEvent
 
 
@@ -29,14 +29,21 @@ class ProtocolError(AgentError):
         self.event_id = event_id
 
 
-def decode(raw: str | bytes, *, max_bytes: int) -> ClientEvent:
-    """Parse and validate one client message. Raises :class:`ProtocolError`."""
-    size = len(raw.encode() if isinstance(raw, str) else raw)
+def decode(raw: str | bytes, *, max_bytes: int, max_depth: int = json_limits.DEFAULT_MAX_DEPTH,
+           max_number_chars: int = json_limits.DEFAULT_MAX_NUMBER_CHARS) -> ClientEvent:
+    """Parse and validate one client message. Raises :class:`ProtocolError` and nothing else.
+
+    JSON nested deeper than ``max_depth`` or with a number literal longer than ``max_number_chars`` is refused
+    with code ``invalid_json`` before Python converts it (see :mod:`rtc_agent.protocol.json_limits`).
+    """
+    size = len(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes exceeds the limit of {max_bytes}", code="message_too_large")
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json_limits.loads(raw, max_depth=max_depth, max_number_chars=max_number_chars)
+    except json_limits.JSONLimitError as exc:
+        raise ProtocolError(f"message refused: {exc}", code="invalid_json") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ProtocolError(f"message is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ProtocolError("an event must be a JSON object", code="invalid_event")
@@ -50,6 +57,9 @@ def decode(raw: str | bytes, *, max_bytes: int) -> ClientEvent:
         raise ProtocolError(f"unknown event type {event_type!r}", code="unknown_event", event_id=event_id)
     try:
         return cls.model_validate(data)
+    except RecursionError:
+        raise ProtocolError(f"invalid {event_type}: nested too deeply", code="invalid_event",
+                            event_id=event_id) from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'event'}: {err['msg']}" for err in exc.errors()[:5]

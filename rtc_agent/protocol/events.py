@@ -46,6 +46,14 @@ class SessionUpdate(ClientEvent):
     session: dict[str, Any]
 
 
+class InputAudioMuted(ClientEvent):
+    """The page muted (or unmuted) its microphone: while muted no speech can come, so the app ends an utterance
+    in progress now instead of waiting for a silence that a muted (possibly silent, DTX) track may never send."""
+
+    type: Literal["input_audio.muted"] = "input_audio.muted"
+    muted: bool
+
+
 class VisionPrompt(ClientEvent):
     type: Literal["vision.prompt"] = "vision.prompt"
     text: str = Field(min_length=1, max_length=4000)
@@ -56,6 +64,7 @@ class ConversationItemCreate(ClientEvent):
 
     type: Literal["conversation.item.create"] = "conversation.item.create"
     item: dict[str, Any]
+    previous_item_id: str | None = Field(default=None, max_length=128)
 
 
 class ResponseCreate(ClientEvent):
@@ -83,10 +92,36 @@ class InputAudioBufferClear(ClientEvent):
     type: Literal["input_audio_buffer.clear"] = "input_audio_buffer.clear"
 
 
+class ConversationItemDelete(ClientEvent):
+    """Remove an item from the agent's conversation (it no longer reaches the model)."""
+
+    type: Literal["conversation.item.delete"] = "conversation.item.delete"
+    item_id: str = Field(min_length=1, max_length=128)
+
+
+class ConversationItemTruncate(ClientEvent):
+    """Cut an assistant item to what the client actually played (``audio_end_ms`` into its audio)."""
+
+    type: Literal["conversation.item.truncate"] = "conversation.item.truncate"
+    item_id: str = Field(min_length=1, max_length=128)
+    content_index: int = Field(default=0, ge=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+class RoomSignalClient(ClientEvent):
+    """Browser-to-browser media signaling (app ``call``): relayed by the server to participant ``to``."""
+
+    type: Literal["room.signal"] = "room.signal"
+    to: str = Field(min_length=1, max_length=64)
+    kind: Literal["offer", "answer", "candidate"]
+    payload: Any = None
+
+
 CLIENT_EVENTS: dict[str, type[ClientEvent]] = {
     cls.model_fields["type"].default: cls
     for cls in (ClientPing, ClientPong, SessionUpdate, VisionPrompt, ConversationItemCreate, ResponseCreate,
-                ResponseCancel, InputAudioBufferAppend, InputAudioBufferCommit, InputAudioBufferClear)
+                ResponseCancel, InputAudioBufferAppend, InputAudioBufferCommit, InputAudioBufferClear,
+                ConversationItemDelete, ConversationItemTruncate, RoomSignalClient, InputAudioMuted)
 }
 
 
@@ -107,6 +142,23 @@ class SessionCreated(ServerEvent):
 class SessionUpdated(ServerEvent):
     type: Literal["session.updated"] = "session.updated"
     session: dict[str, Any]
+
+
+SESSION_END_REASONS = ("heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
+                       "internal_error", "peer_closed", "ice_failed", "setup_failed")
+
+
+class SessionEnded(ServerEvent):
+    """The last event before the server closes a session.
+
+    ``reason`` is one of :data:`SESSION_END_REASONS` (``heartbeat_lost``, ``max_duration``, ``server_shutdown``,
+    ``connect_timeout``, ``deleted``, ``internal_error``; ``peer_closed``, ``ice_failed`` and ``setup_failed``
+    only reach a client whose channel is still open); ``message`` says it in words for the page.
+    """
+
+    type: Literal["session.ended"] = "session.ended"
+    reason: str
+    message: str
 
 
 class Error(ServerEvent):
@@ -166,7 +218,8 @@ class OutputAudioStopped(ServerEvent):
 # --- captions --------------------------------------------------------------------------------------------------
 
 class CaptionPartial(ServerEvent):
-    """``committed`` never changes once sent; ``tentative`` may."""
+    """``committed`` never changes once sent; ``tentative`` may. ``behind_ms``: audio received after
+    ``audio_end_ms`` by the time this was sent (decodes falling behind show here)."""
 
     type: Literal["caption.partial"] = "caption.partial"
     segment_id: str
@@ -175,6 +228,8 @@ class CaptionPartial(ServerEvent):
     audio_start_ms: int
     audio_end_ms: int
     language: str | None = None
+    behind_ms: int | None = None
+    speaker: dict[str, str] | None = None  # app ``call``: {participant_id, name} of who spoke
 
 
 class CaptionFinal(ServerEvent):
@@ -184,6 +239,22 @@ class CaptionFinal(ServerEvent):
     audio_start_ms: int
     audio_end_ms: int
     language: str | None = None
+    behind_ms: int | None = None
+    speaker: dict[str, str] | None = None
+
+
+class CaptionTranslation(ServerEvent):
+    """App ``call``: a speaker's caption translated into a listener's ``listen_language`` (computed once per
+    (speaker, language) and sent to every listener of that language). ``segment_id`` is the speaker's caption
+    segment the text belongs to; pieces of one segment arrive in order."""
+
+    type: Literal["caption.translation"] = "caption.translation"
+    segment_id: str
+    speaker: dict[str, str]
+    language: str
+    text: str
+    audio_start_ms: int | None = None
+    audio_end_ms: int | None = None
 
 
 # --- visual commentary -----------------------------------------------------------------------------------------
@@ -232,6 +303,8 @@ class TranslationChunk(ServerEvent):
     stop_reason: str | None = None
     st_attempted: bool = False
     latency_ms: float | None = None
+    speaker: dict[str, str] | None = None  # app ``call``: whose speech this interprets
+    source_language: str | None = None  # the spoken language (chosen, or detected by Whisper once it is sure)
 
 
 class TranslationFlush(ServerEvent):
@@ -240,6 +313,7 @@ class TranslationFlush(ServerEvent):
     text: str
     audio_start_ms: int | None = None
     audio_end_ms: int | None = None
+    speaker: dict[str, str] | None = None
 
 
 class TranslationReset(ServerEvent):
@@ -304,11 +378,83 @@ class ConversationItemCreated(ServerEvent):
     item: dict[str, Any]
 
 
+class ResponseTextDelta(ServerEvent):
+    """Reply text of a response without speech (agent config ``output: "text"``)."""
+
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    response_id: str
+    delta: str
+    item_id: str | None = None
+
+
+class InputAudioBufferCommitted(ServerEvent):
+    """The client committed its input audio (``input_audio_buffer.commit``): it becomes user item ``item_id``."""
+
+    type: Literal["input_audio_buffer.committed"] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None = None
+    audio_start_ms: int | None = None
+    audio_end_ms: int | None = None
+
+
+class InputAudioBufferCleared(ServerEvent):
+    type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
+
+
+class ConversationItemDeleted(ServerEvent):
+    type: Literal["conversation.item.deleted"] = "conversation.item.deleted"
+    item_id: str
+
+
 class ConversationItemTruncated(ServerEvent):
     type: Literal["conversation.item.truncated"] = "conversation.item.truncated"
     item_id: str
     audio_end_ms: int
     content_index: int = 0
+
+
+# --- calls (app ``call``) ------------------------------------------------------------------------------------------
+
+class RoomJoined(ServerEvent):
+    """The first event of a call session: who is in the room (``participants`` includes this participant)."""
+
+    type: Literal["room.joined"] = "room.joined"
+    room: str
+    participant_id: str
+    participants: list[dict[str, Any]]
+
+
+class RoomParticipantJoined(ServerEvent):
+    type: Literal["room.participant.joined"] = "room.participant.joined"
+    room: str
+    participant: dict[str, Any]
+
+
+class RoomParticipantLeft(ServerEvent):
+    type: Literal["room.participant.left"] = "room.participant.left"
+    room: str
+    participant_id: str
+    name: str
+    reason: str | None = None
+
+
+class RoomParticipantUpdated(ServerEvent):
+    """A participant changed its languages or muted/unmuted its microphone or camera."""
+
+    type: Literal["room.participant.updated"] = "room.participant.updated"
+    room: str
+    participant: dict[str, Any]
+
+
+class RoomSignal(ServerEvent):
+    """Browser-to-browser signaling relayed by the server; ``from`` is set by the server (never the sender)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+    type: Literal["room.signal"] = "room.signal"
+    to: str
+    from_: str = Field(alias="from")
+    kind: Literal["offer", "answer", "candidate"]
+    payload: Any = None
 
 
 SERVER_EVENTS: dict[str, type[ServerEvent]] = {

@@ -34,7 +34,10 @@ class AudioInput:
         self.sink = sink
         self.frames = 0
         self.sink_errors = 0
-        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+        # libavfilter gives each resampler's graph its own worker threads (one per core), freed only with the
+        # graph: the reader drops it when the track ends (see run), so an ended session holds none of them.
+        self._resampler: av.AudioResampler | None = av.AudioResampler(format="s16", layout="mono",
+                                                                      rate=SAMPLE_RATE)
         clock.use_audio(SAMPLE_RATE)
 
     @property
@@ -42,28 +45,39 @@ class AudioInput:
         return self.clock.samples * 1000 // SAMPLE_RATE
 
     def convert(self, frame: av.AudioFrame) -> np.ndarray:
-        """One received frame as 16 kHz mono int16 (may be empty while the resampler fills)."""
+        """One received frame as 16 kHz mono int16 (may be empty while the resampler fills; empty once the
+        reader has ended)."""
+        if self._resampler is None:
+            return np.zeros(0, dtype=np.int16)
         chunks = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
     async def run(self) -> None:
-        """Read until the track ends. Sink failures are logged and counted, never stop the reader."""
-        while True:
-            try:
-                frame = await self.track.recv()
-            except MediaStreamError:
-                return
-            self.frames += 1
-            pcm = self.convert(frame)
-            if pcm.size == 0:
-                continue
-            start_ms = self.received_ms
-            self.clock.advance(pcm.size)
-            try:
-                self.sink(pcm, start_ms)
-            except Exception:
-                self.sink_errors += 1
-                if self.sink_errors <= 3:
-                    log.exception("audio sink failed")
+        """Read until the track ends (or the reader is cancelled). Sink failures are logged and counted, never
+        stop the reader."""
+        try:
+            while True:
+                try:
+                    frame = await self.track.recv()
+                except MediaStreamError:
+                    return
+                self.frames += 1
+                pcm = self.convert(frame)
+                if pcm.size == 0:
+                    continue
+                start_ms = self.received_ms
+                self.clock.advance(pcm.size)
+                try:
+                    self.sink(pcm, start_ms)
+                except Exception:
+                    self.sink_errors += 1
+                    if self.sink_errors <= 3:
+                        log.exception("audio sink failed")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Free the resampler (and its native threads) now; later frames convert to nothing."""
+        self._resampler = None

@@ -41,8 +41,12 @@ class ClientPeer:
     def __init__(self, base_url: str, app: str, *, config: dict[str, Any] | None = None,
                  audio: MediaStreamTrack | None = None, video: MediaStreamTrack | None = None,
                  receive_audio: bool = True, heartbeat_s: float | None = 2.0, audio_jitter_frames: int = 0,
-                 http: aiohttp.ClientSession | None = None) -> None:
+                 http: aiohttp.ClientSession | None = None, credential: str | None = None) -> None:
+        """``credential`` (an API key or a client token) is sent as ``Authorization: Bearer`` when creating the
+        session; afterwards the session's own token (``session_token`` of the answer) authorises the rest."""
         self.base_url = base_url.rstrip("/")
+        self.credential = credential
+        self.session_token: str | None = None
         self.app = app
         self.config = config or {}
         self.audio = audio
@@ -95,11 +99,13 @@ class ClientPeer:
         self.pc.on("track", self._on_track)
         await self.pc.setLocalDescription(await self.pc.createOffer())
         body = {"app": self.app, "sdp": self.pc.localDescription.sdp, "type": "offer", "config": self.config}
-        async with self.http.post(f"{self.base_url}/v1/sessions", json=body) as resp:
+        headers = {"Authorization": f"Bearer {self.credential}"} if self.credential else {}
+        async with self.http.post(f"{self.base_url}/v1/sessions", json=body, headers=headers) as resp:
             data = await resp.json(content_type=None)
             if resp.status != 201:
                 raise SessionRefused(resp.status, data)
         self.session_id = data["session_id"]
+        self.session_token = data.get("session_token")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=data["sdp"], type="answer"))
         await asyncio.wait_for(self._opened.wait(), timeout)
         if self.heartbeat_s:
@@ -188,12 +194,18 @@ class ClientPeer:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate([pcm for _, pcm in self.audio_frames])
 
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization`` with the session's own token (for GET/PATCH/DELETE and exports of this session)."""
+        return {"Authorization": f"Bearer {self.session_token}"} if self.session_token else {}
+
     async def session_info(self) -> dict[str, Any]:
-        async with self.http.get(f"{self.base_url}/v1/sessions/{self.session_id}") as resp:
+        async with self.http.get(f"{self.base_url}/v1/sessions/{self.session_id}", headers=self.auth_headers) as resp:
             return await resp.json()
 
     async def delete(self) -> int:
-        async with self.http.delete(f"{self.base_url}/v1/sessions/{self.session_id}") as resp:
+        async with self.http.delete(f"{self.base_url}/v1/sessions/{self.session_id}",
+                                    headers=self.auth_headers) as resp:
             return resp.status
 
     async def close(self, *, delete: bool = True) -> None:

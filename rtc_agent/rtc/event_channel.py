@@ -4,10 +4,15 @@ Server events get an ``event_id`` and the ``session_ms`` at the moment they are 
 and validated; a bad one is answered with an ``error`` event and the session goes on. Every client message counts
 as a heartbeat; ``ping`` is answered with ``pong`` (the page measures its RTT with it). Events sent before the
 channel opens wait in a bounded buffer.
+
+Contract: :meth:`EventChannel.receive` never raises. An exception escaping aiortc's ``message`` handler would
+tear down SCTP and so the session; hostile JSON (deep nesting, huge numbers) is refused by the decoder's limits
+and any other failure is answered with an ``error`` event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -20,6 +25,7 @@ from aiortc import RTCDataChannel
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ClientEvent, EventIds, ProtocolError, ServerEvent, decode, encode, error_event
 from rtc_agent.protocol.events import ClientPing, ClientPong, ServerPong
+from rtc_agent.protocol.json_limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_NUMBER_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +40,12 @@ class EventChannel:
     def __init__(self, clock: Callable[[], int], *, max_event_bytes: int,
                  on_event: Callable[[ClientEvent], None],
                  on_error: Callable[[str], None] | None = None,
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, max_json_depth: int = DEFAULT_MAX_DEPTH,
+                 max_number_chars: int = DEFAULT_MAX_NUMBER_CHARS) -> None:
         self.clock = clock
         self.max_event_bytes = max_event_bytes
+        self.max_json_depth = max_json_depth
+        self.max_number_chars = max_number_chars
         self.on_event = on_event
         self.on_error = on_error
         self.on_close = on_close
@@ -49,6 +58,7 @@ class EventChannel:
         self.dropped = 0
         self.errors = 0
         self._pending: deque[str] = deque(maxlen=PENDING_LIMIT)
+        self.sealed = False  # after seal(): nothing more is sent (session.ended was the last event)
 
     @property
     def is_open(self) -> bool:
@@ -74,8 +84,16 @@ class EventChannel:
             self.on_close()
 
     def send(self, event: ServerEvent) -> dict[str, Any]:
-        """Send (or buffer until open) one server event; returns its wire form."""
+        """Send (or buffer until open) one server event; returns its wire form. After :meth:`seal` the event
+        is not sent."""
         data = encode(event, event_id=self.ids.next(), session_ms=self.clock())
+        self._send_data(data)
+        return data
+
+    def _send_data(self, data: dict[str, Any]) -> None:
+        """Send one wire-form event now, or keep it until the channel opens; nothing once sealed."""
+        if self.sealed:
+            return
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
         if self.is_open:
             self._transmit(text)
@@ -83,7 +101,6 @@ class EventChannel:
             if len(self._pending) == self._pending.maxlen:
                 self.dropped += 1
             self._pending.append(text)
-        return data
 
     def _transmit(self, text: str) -> None:
         assert self.channel is not None
@@ -103,11 +120,23 @@ class EventChannel:
         self.send(error_event(exc, event_id=event_id))
 
     def receive(self, raw: str | bytes) -> None:
-        """Handle one client message: heartbeat, ping/pong, validation, then the session's handler."""
+        """Handle one client message: heartbeat, ping/pong, validation, then the session's handler.
+        Never raises (see the module docstring)."""
         self.last_seen = time.monotonic()
         self.received += 1
         try:
-            event = decode(raw, max_bytes=self.max_event_bytes)
+            self._receive(raw)
+        except Exception as exc:
+            log.exception("handling a client message failed")
+            try:
+                self.send_error(AgentError(f"internal error handling the message: {type(exc).__name__}"))
+            except Exception:
+                log.exception("reporting the failure failed")
+
+    def _receive(self, raw: str | bytes) -> None:
+        try:
+            event = decode(raw, max_bytes=self.max_event_bytes, max_depth=self.max_json_depth,
+                           max_number_chars=self.max_number_chars)
         except ProtocolError as exc:
             self.send_error(exc)
             return
@@ -117,6 +146,23 @@ class EventChannel:
         if isinstance(event, ClientPong):
             return
         self.on_event(event)
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until what was sent has left: the channel's buffer is empty and the
+        SCTP transport has no unacknowledged data. Returns whether it did (False when closed meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while self.is_open and time.monotonic() < deadline:
+            assert self.channel is not None
+            sctp = self.channel.transport
+            if self.channel.bufferedAmount == 0 and not getattr(sctp, "_outbound_queue", None) \
+                    and not getattr(sctp, "_sent_queue", None):
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    def seal(self) -> None:
+        """Send nothing more (the session has said its last word)."""
+        self.sealed = True
 
     def idle_seconds(self) -> float:
         return time.monotonic() - self.last_seen

@@ -103,6 +103,7 @@ class Utterance:
                 self.queued_samples += tail.size
                 self.written_samples += tail.size
         self.finished = True
+        self._resampler = None  # its filter graph holds native threads: free them now, not at garbage collection
         if self.queued_samples == 0 and self.started:
             self._output._complete(self)
 
@@ -151,6 +152,7 @@ class Utterance:
         self.queued_samples = 0
         self.cleared = True
         self.finished = True
+        self._resampler = None
         return dropped
 
 

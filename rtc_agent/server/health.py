@@ -1,26 +1,96 @@
-"""``/health`` (liveness and readiness JSON) and ``/metrics`` (Prometheus text)."""
+"""``/health`` (liveness and readiness JSON) and ``/metrics`` (Prometheus text).
+
+``/health`` passes through :func:`rtc_agent.redact.redact_data`: engine progress lines and descriptions name
+remote servers, and those names never carry user-info, query tokens or registered secrets.
+
+Readiness (:func:`readiness`): ``status`` is ``"loading"`` (still HTTP 200: the process is alive) while an engine
+that is preloaded at start (``--preload``) is not ready yet, else ``"ok"``. ``readiness`` says per engine
+``state`` (``ready``, ``loading``, ``failed``, or ``on_demand``: not preloaded, loads with the first session that
+needs it), ``progress`` (the engine's last load message) and ``percent`` (0-100 when the message tells it, e.g.
+"part 3/6", else null), and per app whether all the engines it needs are ready (``apps``). The pages show the
+same object before Connect and poll ``/health`` until their app is ready.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from typing import Any
 
 from aiohttp import web
 
 from rtc_agent import __version__
-from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, STARTED_AT, WORKER
+from rtc_agent.redact import redact_data
+from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, SETTINGS, STARTED_AT, WORKER
+
+#: The engines each app needs before its first turn (an engine the server does not have is left out).
+APP_ENGINES: dict[str, tuple[str, ...]] = {
+    "captions": ("vad", "asr"),
+    "interpret": ("vad", "asr", "st", "tts"),
+    "agent": ("vad", "asr", "llm", "tts"),
+    "echo": (),
+    "call": ("vad", "asr"),
+}
+#: What the pages call each engine in "Loading the language model... 60 %".
+ENGINE_LABELS = {"vad": "voice detector", "asr": "speech recognizer", "st": "translator", "llm": "language model",
+                 "tts": "voice", "vlm": "vision model"}
+_FRACTION = re.compile(r"(\d+)\s*/\s*(\d+)")
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+
+
+def _state(stats: dict[str, Any], preloaded: bool) -> str:
+    if stats.get("loaded"):
+        return "ready"
+    if str(stats.get("progress") or "").startswith("load failed"):
+        return "failed"
+    if stats.get("loading") or preloaded:
+        return "loading"
+    return "on_demand"
+
+
+def _percent(progress: str, state: str) -> int | None:
+    if state == "ready":
+        return 100
+    match = _PERCENT.search(progress)
+    if match:
+        return max(0, min(99, int(float(match.group(1)))))
+    match = _FRACTION.search(progress)
+    if match and int(match.group(2)) > 0:
+        return max(0, min(99, int(100 * int(match.group(1)) / int(match.group(2)))))
+    return None
+
+
+def readiness(app: web.Application) -> dict[str, Any]:
+    """``{"status", "engines": {name: {state, progress, percent, label}}, "apps": {app: {ready, waiting}}}``."""
+    stats = app[WORKER].stats()
+    preload = set(app[SETTINGS].preload)
+    engines: dict[str, Any] = {}
+    for name, s in stats.items():
+        state = _state(s, name in preload)
+        progress = str(s.get("progress") or "")
+        engines[name] = {"state": state, "progress": progress, "percent": _percent(progress, state),
+                         "label": ENGINE_LABELS.get(name, name)}
+    apps = {}
+    for app_name, needed in APP_ENGINES.items():
+        waiting = [n for n in needed if n in engines and engines[n]["state"] in ("loading", "failed")]
+        apps[app_name] = {"ready": not waiting, "waiting": waiting}
+    loading = any(e["state"] == "loading" for e in engines.values())
+    return {"status": "loading" if loading else "ok", "engines": engines, "apps": apps}
 
 
 async def health(request: web.Request) -> web.Response:
     app = request.app
     registry = app[REGISTRY]
-    return web.json_response({
-        "status": "ok",
+    ready = readiness(app)
+    return web.json_response(redact_data({
+        "status": ready["status"],
+        "readiness": {"engines": ready["engines"], "apps": ready["apps"]},
         "version": __version__,
         "uptime_s": round(time.monotonic() - app[STARTED_AT], 3),
         "sessions": {"active": len(registry.active), "max": registry.max_sessions, "total": registry.total},
         "event_loop_lag": app[LAG_MONITOR].stats(),
         "engines": app[WORKER].stats(),
-    })
+    }))
 
 
 async def metrics(request: web.Request) -> web.Response:

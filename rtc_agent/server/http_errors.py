@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from rtc_agent.errors import AgentError, InvalidRequest, PayloadTooLarge
 from rtc_agent.metrics import Metrics
+from rtc_agent.protocol import json_limits
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +68,21 @@ def decode_text(body: bytes, what: str) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest(f"{what} is not valid UTF-8", code="invalid_encoding") from None
+
+
+def parse_json(body: bytes, settings: Any, what: str = "the body") -> Any:
+    """Parse a JSON request body within ``settings.json_max_depth`` nesting and ``json_max_number_chars`` digits
+    per number (400 ``invalid_json`` otherwise: a hostile body never reaches the recursion or int limits)."""
+    try:
+        return json_limits.loads(decode_text(body, what), max_depth=settings.json_max_depth,
+                                 max_number_chars=settings.json_max_number_chars)
+    except ValueError as exc:
+        raise InvalidRequest(f"{what} is not acceptable JSON: {exc}", code="invalid_json") from None
+
+
+async def read_json_object(request: web.Request, settings: Any) -> dict[str, Any]:
+    """A JSON object request body of at most ``settings.max_body_bytes`` (400 when it is not an object)."""
+    data = parse_json(await read_body(request, settings.max_body_bytes), settings)
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_request")
+    return data

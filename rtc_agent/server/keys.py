@@ -17,3 +17,4 @@ WORKER = web.AppKey("worker", Any)  # rtc_agent.worker.Worker
 LAG_MONITOR = web.AppKey("lag_monitor", Any)  # rtc_agent.worker.LoopLagMonitor
 STARTED_AT = web.AppKey("started_at", float)
 PRELOADS = web.AppKey("preloads", set)  # background engine loads started at start-up
+ADMISSION = web.AppKey("admission", Any)  # rtc_agent.worker.LoadAdmission

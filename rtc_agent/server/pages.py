@@ -9,6 +9,8 @@ import jinja2
 from aiohttp import web
 
 from rtc_agent import __version__
+from rtc_agent.auth.routes import page_auth
+from rtc_agent.server.health import readiness
 from rtc_agent.server.keys import SETTINGS
 
 
@@ -23,6 +25,9 @@ class Page:
 
 
 PAGES = (
+    Page("call", "Call", "/call",
+         "A video call for up to six people: live captions of everyone, each hears the others in their language.",
+         "call", video=True),
     Page("captions", "Live captions", "/captions",
          "Live captions of your speech, with commentary on what the camera shows.", "captions", video=True),
     Page("interpret", "Interpretation", "/interpret",
@@ -46,7 +51,62 @@ def make_environment(templates_dir: str) -> jinja2.Environment:
     )
 
 
-def render(app: web.Application, page: Page) -> str:
+#: The languages the pages offer (Whisper knows more; these are the ones the selects list).
+PAGE_LANGUAGES = ("en", "zh", "es", "fr", "de", "it", "pt", "ru", "ja", "ko", "ar", "hi")
+
+
+def capabilities(settings: Any) -> dict[str, Any]:
+    """What this server can do, for the pages to offer only that (``client_config.capabilities``).
+
+    ``asr.languages``: the spoken languages recognised (an English-only Whisper, a ``.en`` model: ``["en"]``);
+    ``st.targets``: the languages interpretation translates into (the embedded Whisper translate task: English
+    only); ``agent.tools``: whether the agent offers its tools by default; ``engines``: ``embedded`` or ``remote``
+    per kind with the model; ``setup``: notes for the operator about what a flag would add (shown in a closed
+    "Server setup" box, not as instructions to end users).
+    """
+    from rtc_agent.engines import st
+    from rtc_agent.engines.llm import EMBEDDED_NAMES
+    from rtc_agent.engines.llm.smollm import embedded_model_name, offers_tools_by_default
+
+    def kind(name: str) -> str:
+        value = (getattr(settings, f"{name}_engine", "embedded") or "embedded").strip().lower()
+        return "embedded" if value in ("embedded", *EMBEDDED_NAMES) else "remote"
+
+    asr_model = (settings.asr_model or "").strip().lower()
+    english_asr = kind("asr") == "embedded" and (asr_model.endswith(".en") or asr_model.endswith("-en"))
+    sources = ["en"] if english_asr else list(PAGE_LANGUAGES)
+    try:
+        english_st = st.english_only(settings)
+    except Exception:  # a misconfigured ST engine: the server refuses sessions with a clear error anyway
+        english_st = True
+    targets = ["en"] if english_st else list(PAGE_LANGUAGES)
+    llm_embedded = kind("llm") == "embedded"
+    tools = (not llm_embedded) or offers_tools_by_default(settings.llm_model)
+    engines = {
+        "asr": {"kind": kind("asr"), "model": settings.asr_model or "whisper-base"},
+        "st": {"kind": "embedded" if english_st else "remote", "model": st.describe(settings)},
+        "llm": {"kind": kind("llm"),
+                "model": embedded_model_name(settings.llm_model) if llm_embedded else (settings.llm_model or "")},
+        "tts": {"kind": kind("tts"), "model": settings.tts_model or "piper-joe"},
+    }
+    setup = []
+    if english_st:
+        setup.append("Interpretation translates into English only with the embedded engine (Whisper's translate "
+                     "task). Other target languages need a speech LLM or a text LLM: start the server with "
+                     "--st-engine openai --st-url URL, or --st-engine cascade (see the README).")
+    if not tools:
+        setup.append(f"The embedded language model ({engines['llm']['model']}) is not offered the agent's tools "
+                     "by default: it answers without them. Tools come with --llm-engine openai --llm-url URL, or "
+                     "with the session config {\"tools\": true}.")
+    if english_asr:
+        setup.append("The speech recognizer is English-only; a multilingual Whisper model recognises other "
+                     "languages (--asr-model).")
+    return {"asr": {"languages": sources}, "st": {"targets": targets, "sources": sources},
+            "agent": {"tools": tools}, "engines": engines, "setup": setup}
+
+
+def render(request: web.Request, page: Page) -> str:
+    app = request.app
     settings = app[SETTINGS]
     context: dict[str, Any] = {
         "page": asdict(page),
@@ -56,6 +116,9 @@ def render(app: web.Application, page: Page) -> str:
             "heartbeat_interval_ms": int(min(2000, settings.heartbeat_timeout_s * 1000 / 4)),
             "media": {"audio": True, "video": page.video},
             "session_config": {},
+            "auth": page_auth(request),
+            "capabilities": capabilities(settings),
+            "readiness": readiness(app),
         },
         "version": __version__,
     }
@@ -65,7 +128,9 @@ def render(app: web.Application, page: Page) -> str:
 
 def page_handler(page: Page):
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(text=render(request.app, page), content_type="text/html")
+        return web.Response(text=render(request, page), content_type="text/html",
+                            headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                                     "Referrer-Policy": "same-origin", "X-Content-Type-Options": "nosniff"})
 
     return handler
 

@@ -1,40 +1,61 @@
 """``Session``: one peer connection, its media edges, its event channel and its app, with one lifecycle.
 
-A session ends on DELETE, ICE failure, peer close (the data channel closes), heartbeat loss, a connect timeout
-or the maximum duration. Ending it stops the app, cancels every task it spawned, stops its outgoing track and
-closes the peer connection, which ends every incoming track and so every track reader.
+A session ends on DELETE, ICE failure, peer close (the data channel closes), heartbeat loss, a connect timeout,
+the maximum duration, server shutdown or a crash of one of its own tasks (``internal_error``). Ending it stops
+the app (which may finish its last results), sends ``session.ended {reason, message}`` while the channel is
+open and waits briefly for it to leave, cancels every task it spawned, stops its outgoing track and closes the
+peer connection, which ends every incoming track and so every track reader.
+
+Contract of :meth:`Session.close`: it never raises, every step has a deadline, and it always ends in state
+``closed`` with ``on_closed`` called (so the registry frees the slot), whatever aiortc or the app do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from aiortc.sdp import candidate_from_sdp
 
 from rtc_agent.apps.base import App
 from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError, InvalidRequest
 from rtc_agent.metrics import Metrics
 from rtc_agent.protocol import ClientEvent, ServerEvent
-from rtc_agent.protocol.events import MetricsEvent, OutputAudioStarted, OutputAudioStopped, SessionCreated
+from rtc_agent.protocol.events import (
+    InputAudioMuted,
+    MetricsEvent,
+    OutputAudioStarted,
+    OutputAudioStopped,
+    SessionCreated,
+)
 from rtc_agent.rtc import AudioInput, EventChannel, SessionClock, SpeechOutput, Utterance, VideoInput
+from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
+from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.ice import server_ice_servers
+from rtc_agent.server.session_end import announce_end, close_peer_connection, wait_tasks
 
 log = logging.getLogger(__name__)
 
 EVENT_QUEUE_LIMIT = 64
 WATCHDOG_PERIOD_S = 0.5
 METRICS_PERIOD_S = 2.0
-APP_CLOSE_TIMEOUT_S = 5.0
+APP_CLOSE_TIMEOUT_S = 5.0  # the app's close (captions finish their final caption within final_drain_s)
+SIGNALING_TIMEOUT_S = 10.0  # applying the offer and gathering local candidates
+PC_CLOSE_TIMEOUT_S = 5.0
+TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
+ENDED_DRAIN_S = 0.5  # session.ended leaving the data channel
+CLOSE_WAIT_S = 20.0  # a second close() caller waiting for the first
+SESSION_CANDIDATES_FACTOR = 5  # a session takes at most this many PATCHes' worth of candidates
+CRITICAL_TASKS = frozenset({"events", "watchdog", "metrics", "audio-in", "video-in"})  # their crash ends it
 
 
 async def drain(track: MediaStreamTrack) -> None:
@@ -50,8 +71,10 @@ class Session:
     """A live WebRTC session. Create with :meth:`accept`; end with :meth:`close` (idempotent)."""
 
     def __init__(self, app_cls: type[App], config: dict[str, Any], *, settings: Settings, worker: Any,
-                 metrics: Metrics, on_closed: Callable[[Session], None]) -> None:
-        self.id = "sess_" + secrets.token_hex(8)
+                 metrics: Metrics, on_closed: Callable[[Session], None], session_id: str | None = None,
+                 token_hash: str = "") -> None:
+        self.id = session_id or "sess_" + secrets.token_hex(8)
+        self.token_hash = token_hash  # digest of the session's own token (GET/PATCH/DELETE/exports)
         self.app_name = app_cls.name
         self.config = config
         self.settings = settings
@@ -60,13 +83,15 @@ class Session:
         self._on_closed = on_closed
         self.created_at = time.time()
         self._started = time.monotonic()
+        self.client = ""  # who created it (API key id or IP), for the registry's per-client cap
         self.connected_at: float | None = None
         self.state = "new"
         self.close_reason: str | None = None
         self.clock = SessionClock()
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=server_ice_servers(settings)))
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=server_ice_servers(settings, user=self.id)))
         self.channel = EventChannel(
             self.clock.ms, max_event_bytes=settings.max_event_bytes, on_event=self._queue_event,
+            max_json_depth=settings.json_max_depth, max_number_chars=settings.json_max_number_chars,
             on_error=lambda code: metrics.errors.labels(code=code).inc(),
             on_close=lambda: self.close_soon("peer_closed"),
         )
@@ -80,7 +105,14 @@ class Session:
         self._events: asyncio.Queue[ClientEvent] = asyncio.Queue(maxsize=EVENT_QUEUE_LIMIT)
         self._closed = asyncio.Event()
         self._closing_task: asyncio.Task | None = None
+        self._candidates = CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates)
+        self.remote_candidates = 0  # trickled candidates taken
         self.app: App = app_cls(self, config)
+
+    @property
+    def started_at(self) -> float:
+        """``time.monotonic()`` when the session was created."""
+        return self._started
 
     # --- AppContext ---
 
@@ -99,6 +131,8 @@ class Session:
         self.metrics.stage_latency.labels(stage=stage).observe(max(0.0, seconds))
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        """Run a task the session owns. A failure is reported as an ``error`` event; when the task is one the
+        session cannot go on without (:data:`CRITICAL_TASKS`), the session ends with ``internal_error``."""
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -113,23 +147,39 @@ class Session:
             return
         log.error("session %s task %s failed", self.id, task.get_name(), exc_info=exc)
         self.channel.send_error(exc if isinstance(exc, AgentError) else AgentError(f"internal error: {exc}"))
+        if task.get_name().split(":", 1)[-1] in CRITICAL_TASKS:
+            self.close_soon("internal_error")
 
     # --- signaling ---
 
     async def accept(self, offer_sdp: str) -> str:
-        """Apply the client's offer, start the app and the media readers, and return the answer SDP."""
-        if not offer_sdp.lstrip().startswith("v=0"):
-            raise InvalidRequest("the offer is not an SDP session description (it must start with v=0)",
-                                 code="invalid_sdp")
-        if "\nm=" not in offer_sdp.replace("\r\n", "\n"):
-            raise InvalidRequest("the offer has no media sections (m= lines)", code="invalid_sdp")
+        """Apply the client's offer, start the app and the media readers, and return the answer SDP.
+
+        Raises :class:`AgentError` only: a bad offer or any unexpected failure is an :class:`InvalidRequest`
+        (400), a set-up that takes longer than ``SIGNALING_TIMEOUT_S`` a 504. The caller closes the session
+        on failure (``close("setup_failed")``, which always frees its slot).
+        """
+        try:
+            return await self._accept(offer_sdp)
+        except AgentError:
+            raise
+        except Exception as exc:
+            log.warning("session %s: set-up failed: %r", self.id, exc)
+            raise InvalidRequest(f"the session could not be set up: {exc}", code="setup_failed") from None
+
+    async def _accept(self, offer_sdp: str) -> str:
+        offer_sdp = check_offer(offer_sdp, self._candidates,
+                                max_candidates=self.settings.max_candidates_per_patch * SESSION_CANDIDATES_FACTOR)
         self.state = "connecting"
         self.expects_channel = "m=application" in offer_sdp
         self.pc.on("track", self._on_track)
         self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("connectionstatechange", self._on_connection_state)
         try:
-            await self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+            await asyncio.wait_for(self.pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer")),
+                                   SIGNALING_TIMEOUT_S)
+        except TimeoutError:
+            raise AgentError("applying the offer took too long", code="setup_timeout", status=504) from None
         except Exception as exc:
             raise InvalidRequest(f"the offer could not be applied: {exc}", code="invalid_sdp") from None
         audio = [t for t in self.pc.getTransceivers() if t.kind == "audio"]
@@ -141,7 +191,10 @@ class Session:
             self.speech = None
         try:
             answer = await self.pc.createAnswer()
-            await self.pc.setLocalDescription(answer)
+            await asyncio.wait_for(self.pc.setLocalDescription(answer), SIGNALING_TIMEOUT_S)  # gathers candidates
+        except TimeoutError:
+            raise AgentError("gathering local ICE candidates took too long", code="setup_timeout",
+                             status=504) from None
         except Exception as exc:
             raise InvalidRequest(f"no answer could be made for this offer: {exc}", code="invalid_sdp") from None
         await self.app.start()
@@ -151,36 +204,36 @@ class Session:
         self.channel.send(SessionCreated(session=self.summary()))
         return self.pc.localDescription.sdp
 
-    async def add_candidates(self, candidates: list[dict[str, Any]], end_of_candidates: bool) -> int:
-        """Add trickled remote candidates (browser ``RTCIceCandidateInit`` dicts); returns how many were used."""
-        added = 0
-        for init in candidates:
-            line = init.get("candidate")
-            if not isinstance(line, str):
-                raise InvalidRequest("each candidate needs a 'candidate' string", code="invalid_candidate")
-            if not line:  # an empty candidate is the browser's end-of-candidates marker
-                end_of_candidates = True
-                continue
-            try:
-                candidate: RTCIceCandidate = candidate_from_sdp(line.removeprefix("candidate:"))
-            except Exception:
-                raise InvalidRequest(f"malformed ICE candidate: {line[:120]!r}", code="invalid_candidate") from None
-            candidate.sdpMid = init.get("sdpMid")
-            candidate.sdpMLineIndex = init.get("sdpMLineIndex")
-            if candidate.sdpMid is None and candidate.sdpMLineIndex is None:
-                candidate.sdpMLineIndex = 0
-            await self.pc.addIceCandidate(candidate)
-            added += 1
-        if end_of_candidates:
-            await self.pc.addIceCandidate(None)
-        return added
+    async def add_candidates(self, candidates: list[Any], end_of_candidates: bool) -> int:
+        """Add trickled remote candidates (browser ``RTCIceCandidateInit`` dicts); returns how many were used.
+
+        All are validated before any is added (:mod:`rtc_agent.rtc.candidates`): more than
+        ``max_candidates_per_patch`` (or past the session's total) is refused by count before parsing
+        (``too_many_candidates``), a malformed one refuses the whole PATCH (``invalid_candidate``); candidates
+        on loopback, link-local and similar addresses are dropped quietly.
+        """
+        limit = self.settings.max_candidates_per_patch
+        valid, end = self._candidates.check_patch(candidates, limit=limit, taken=self.remote_candidates,
+                                                  total=limit * SESSION_CANDIDATES_FACTOR)
+        end_of_candidates = end_of_candidates or end
+        if self.state in ("closing", "closed"):
+            return 0
+        try:
+            for candidate in valid:
+                await self.pc.addIceCandidate(candidate)
+                self.remote_candidates += 1
+            if end_of_candidates:
+                await self.pc.addIceCandidate(None)
+        except Exception as exc:
+            raise InvalidRequest(f"the candidate could not be added: {exc}", code="invalid_candidate") from None
+        return len(valid)
 
     # --- media and events ---
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio" and self.audio_in is None:
             self.audio_in = AudioInput(track, self.clock, self.app.on_audio)
-            self.spawn(self.audio_in.run(), "audio-in")
+            self.spawn(self.audio_in.run(), "audio-in")  # critical: its crash ends the session
         elif track.kind == "video" and self.video_in is None:
             sink = self.app.on_frame if self.app.uses_video else None
             self.video_in = VideoInput(track, self.clock.ms, sink, self.settings.video_fps,
@@ -220,6 +273,9 @@ class Session:
         while True:
             event = await self._events.get()
             try:
+                if isinstance(event, InputAudioMuted):  # every app takes it (see App.set_input_muted)
+                    self.app.set_input_muted(event.muted)
+                    continue
                 await self.app.on_event(event)
             except AgentError as exc:
                 self.channel.send_error(exc, event_id=event.event_id)
@@ -263,28 +319,45 @@ class Session:
                                                                         name=f"{self.id}:close")
 
     async def close(self, reason: str = "deleted") -> None:
-        """End the session and everything it owns. Safe to call more than once and from anywhere."""
+        """End the session and everything it owns. Safe to call more than once and from anywhere; never raises.
+
+        Each step has a deadline: the app's close (it can read :attr:`close_reason`), ``session.ended``, the
+        peer connection's close, the cancelled tasks' end. It always ends in state ``closed`` with
+        ``on_closed`` called. A second caller waits for the first (at most ``CLOSE_WAIT_S``).
+        """
         if self.state in ("closing", "closed"):
-            await self._closed.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), CLOSE_WAIT_S)
             return
         self.state = "closing"
         self.close_reason = reason
         log.info("session %s (%s) closing: %s", self.id, self.app_name, reason)
-        try:
-            await asyncio.wait_for(self.app.close(), APP_CLOSE_TIMEOUT_S)
-        except Exception:
-            log.exception("session %s: app close failed", self.id)
-        if self.speech is not None:
-            self.speech.stop()
         current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current]
-        for task in tasks:
-            task.cancel()
-        await self.pc.close()  # ends the incoming tracks, so their readers return
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.state = "closed"
-        self._closed.set()
-        self._on_closed(self)
+        try:
+            try:
+                await asyncio.wait_for(self.app.close(), APP_CLOSE_TIMEOUT_S)
+            except Exception:
+                log.exception("session %s: app close failed", self.id)
+            if self.speech is not None:
+                self.speech.stop()
+            await announce_end(self.channel, reason, ENDED_DRAIN_S, name=self.id)  # the last event
+            tasks = [t for t in self._tasks if t is not current]
+            for task in tasks:
+                task.cancel()
+            # closing the peer connection ends the incoming tracks, so their readers return
+            await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=self.id)
+            await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
+        except Exception:
+            log.exception("session %s: closing failed", self.id)
+        finally:
+            for task in [t for t in self._tasks if t is not current]:
+                task.cancel()
+            self.state = "closed"
+            self._closed.set()
+            try:
+                self._on_closed(self)
+            except Exception:
+                log.exception("session %s: on_closed failed", self.id)
 
     @property
     def task_count(self) -> int:

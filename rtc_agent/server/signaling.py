@@ -2,56 +2,50 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from rtc_agent.apps import APPS
+from rtc_agent.auth import AUTH, PRINCIPAL, Principal, secret_hash
+from rtc_agent.auth.access import ROOM_JOIN_APP, Forbidden
+from rtc_agent.auth.routes import app_class
+from rtc_agent.auth.secrets import new_secret
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
-from rtc_agent.server.http_errors import decode_text, read_body
+from rtc_agent.server.http_errors import decode_text, parse_json, read_body
 from rtc_agent.server.ice import ice_servers
-from rtc_agent.server.keys import METRICS, REGISTRY, SETTINGS, WORKER
+from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, SETTINGS, WORKER
 from rtc_agent.server.session import Session
 
 SDP_TYPE = "application/sdp"
 TRICKLE_TYPE = "application/trickle-ice-sdpfrag"
 
 
-def _json(body: bytes) -> Any:
-    try:
-        return json.loads(decode_text(body, "the body"))
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from None
-
-
-def _app_class(name: Any) -> type:
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest(f"'app' must name one of: {', '.join(sorted(APPS))}", code="missing_app")
-    cls = APPS.get(name)
-    if cls is None:
-        raise InvalidRequest(f"unknown app {name!r}; available: {', '.join(sorted(APPS))}", code="unknown_app")
-    return cls
-
-
 async def create_session(request: web.Request) -> web.Response:
-    """``POST /v1/sessions``: JSON ``{app, sdp, type: "offer", config}`` or WHIP-style ``application/sdp``."""
+    """``POST /v1/sessions``: JSON ``{app, sdp, type: "offer", config}`` or WHIP-style ``application/sdp``.
+
+    The answer carries the session's own token (``session_token`` in JSON, ``X-Session-Token`` for WHIP): it
+    authorises ``GET``/``PATCH``/``DELETE`` and the exports of this session. A client token fixes the app, the
+    session id and any config keys it was minted with.
+    """
     app = request.app
     settings, registry = app[SETTINGS], app[REGISTRY]
+    principal: Principal = request[PRINCIPAL]
     content_type = request.content_type
     if content_type not in ("application/json", SDP_TYPE):
         raise UnsupportedMediaType(
             f"POST /v1/sessions takes application/json or {SDP_TYPE}, not {content_type or 'no content type'}"
         )
     registry.check_capacity()
+    app[ADMISSION].check()
     body = await read_body(request, settings.max_body_bytes)
     whip = content_type == SDP_TYPE
     if whip:
         sdp = decode_text(body, "the SDP offer")
         app_name: Any = request.query.get("app")
-        config: Any = _json(request.query["config"].encode()) if "config" in request.query else {}
+        raw_config = request.query.get("config")
+        config: Any = parse_json(raw_config.encode(), settings, "config") if raw_config is not None else {}
     else:
-        data = _json(body)
+        data = parse_json(body, settings)
         if not isinstance(data, dict):
             raise InvalidRequest("the body must be a JSON object", code="invalid_request")
         if data.get("type", "offer") != "offer":
@@ -60,23 +54,35 @@ async def create_session(request: web.Request) -> web.Response:
         if not isinstance(sdp, str) or not sdp.strip():
             raise InvalidRequest("'sdp' must be a non-empty SDP offer string", code="invalid_sdp")
         app_name, config = data.get("app"), data.get("config") or {}
-    app_cls = _app_class(app_name)
+    token = principal.token
+    if token is not None and token.app == ROOM_JOIN_APP:
+        raise Forbidden("a room join token creates no session; exchange it at POST /v1/tokens", code="token_scope")
+    if token is not None:
+        if app_name not in (None, token.app):
+            raise InvalidRequest(f"this client token creates {token.app!r} sessions, not {app_name!r}",
+                                 code="token_scope")
+        app_name = token.app
+    app_cls = app_class(app_name)
     if not isinstance(config, dict):
         raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
+    if token is not None:
+        config = {**config, **token.config}
+    if token is not None and token.scope.get("room") not in (None, config.get("room")):
+        raise Forbidden("this client token admits its holder to another room", code="token_scope")
     config = app_cls.validate_config(config, settings)
+    if token is not None:
+        app[AUTH].use_token(request)  # no await since the check above: one session per token
+    session_token = new_secret("st_")
     session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
-                      on_closed=registry.closed)
-    registry.add(session)
-    try:
-        answer = await session.accept(sdp)
-    except BaseException:
-        await session.close("setup_failed")
-        raise
-    location = f"/v1/sessions/{session.id}"
+                      on_closed=registry.closed, session_id=token.session_id if token else None,
+                      token_hash=secret_hash(session_token))
+    answer = await registry.start(session, sdp, client=principal.client)
+    headers = {"Location": f"/v1/sessions/{session.id}", "X-Session-Token": session_token,
+               "Cache-Control": "no-store"}
     if whip:
-        return web.Response(status=201, text=answer, content_type=SDP_TYPE, headers={"Location": location})
-    return web.json_response({"session_id": session.id, "sdp": answer, "type": "answer"}, status=201,
-                             headers={"Location": location})
+        return web.Response(status=201, text=answer, content_type=SDP_TYPE, headers=headers)
+    return web.json_response({"session_id": session.id, "sdp": answer, "type": "answer",
+                              "session_token": session_token}, status=201, headers=headers)
 
 
 def _parse_sdpfrag(text: str) -> tuple[list[dict[str, Any]], bool]:
@@ -105,7 +111,7 @@ async def patch_session(request: web.Request) -> web.Response:
     session = registry.get(request.match_info["session_id"], include_ended=False)
     body = await read_body(request, settings.max_body_bytes)
     if request.content_type == "application/json":
-        data = _json(body)
+        data = parse_json(body, settings)
         if not isinstance(data, dict):
             raise InvalidRequest("the body must be a JSON object", code="invalid_request")
         candidates = data.get("candidates", [])
@@ -143,8 +149,12 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 async def get_ice_servers(request: web.Request) -> web.Response:
+    """``GET /v1/ice-servers``: STUN/TURN for the browser. TURN usernames name the session a client token will
+    create (``expiry:sess_...``), so a TURN allocation can be traced to its session."""
     settings = request.app[SETTINGS]
-    return web.json_response({"ice_servers": ice_servers(settings),
+    token = request[PRINCIPAL].token
+    servers = ice_servers(settings, user=token.session_id) if token is not None else ice_servers(settings)
+    return web.json_response({"ice_servers": servers,
                               "ice_transport_policy": settings.ice_transport_policy,
                               "ttl_s": settings.turn_ttl_s if settings.turn_secret else None})
 

@@ -14,8 +14,17 @@ far. Example::
     curl -N -F file=@speech_es.wav -F direction=es-en http://localhost:8080/v1/translate/stream
 
 Errors before the stream starts are JSON ``{"error": {...}}``: 400 (missing file, bad field, empty audio),
-413 (upload over ``st_max_upload_bytes`` or audio over :data:`MAX_AUDIO_S`), 415 (not multipart, or a file that is
-not decodable audio), 503 with ``Retry-After`` when ``max_sessions`` translations are already running.
+408 ``upload_timeout`` (the body stalled for ``upload_read_timeout_s`` or took over ``upload_deadline_s``), 413
+(upload over ``st_max_upload_bytes``, or ``audio_too_long``: the file's header says it is longer than
+``st_max_upload_seconds``), 415 (not multipart, or a file that is not decodable audio), 503 with ``Retry-After``
+when ``max_sessions`` translations are already running (checked on arrival and again once the body is read: a
+translation counts as running only from then on, so slow or stalled uploads never block the route).
+
+The upload is spooled to a temporary file (see :mod:`rtc_agent.server.audio_upload`) and decoded block by block
+while it is translated, so memory does not grow with the file's length. A file whose header understates its
+length is translated up to ``st_max_upload_seconds``; then an ``error`` event (``audio_too_long``) is sent, the
+translation of what came before is flushed and the stream ends with its ``metrics`` as usual. A decoding failure
+part way through is likewise an ``error`` event (``unsupported_audio``).
 """
 
 from __future__ import annotations
@@ -26,24 +35,26 @@ import io
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 
 from rtc_agent.apps.interpret import build_pipeline, resolve_config
-from rtc_agent.errors import AgentError, AtCapacity, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from rtc_agent.errors import AgentError, AtCapacity, InvalidRequest, UnsupportedMediaType
 from rtc_agent.protocol import EventIds, ServerEvent, encode, error_event
 from rtc_agent.protocol.events import MetricsEvent
-from rtc_agent.server.keys import SETTINGS, WORKER
+from rtc_agent.server.audio_upload import SAMPLE_RATE, AudioDecoder, Upload, UploadLimits, read_upload
+from rtc_agent.server.http_errors import error_response
+from rtc_agent.server.keys import METRICS, SETTINGS, WORKER
 
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_AUDIO_S", "add_routes", "decode_audio", "translate_stream"]
 
-SAMPLE_RATE = 16000
-MAX_AUDIO_S = 3 * 3600  # decoded audio longer than this is refused (413)
-MAX_FIELD_BYTES = 1024
+MAX_AUDIO_S = 1800.0  # the default of ``st_max_upload_seconds``
+MIN_AUDIO_SAMPLES = SAMPLE_RATE // 10  # less than 0.1 s is "empty"
 FIELDS = ("source_language", "target_language", "direction", "chunk_ms", "source_text")
 
 
@@ -58,37 +69,21 @@ STREAMS = web.AppKey("translate_streams", _Streams)
 
 
 def decode_audio(data: bytes, max_seconds: float = MAX_AUDIO_S) -> np.ndarray:
-    """Decode any audio file ffmpeg reads into 16 kHz mono float32. Blocking (run it in a thread).
+    """Decode a whole audio file (bytes, any format ffmpeg reads) into 16 kHz mono float32. Blocking.
 
-    Raises ``UnsupportedMediaType`` (code ``unsupported_audio``) when it is not decodable audio and
-    ``PayloadTooLarge`` (code ``audio_too_long``) past ``max_seconds``.
+    For short clips (tests, tools): the route itself decodes block by block with :class:`AudioDecoder`. Raises
+    ``UnsupportedMediaType`` (``unsupported_audio``) and ``PayloadTooLarge`` (``audio_too_long``) past
+    ``max_seconds``.
     """
-    import av
-
-    limit = int(max_seconds * SAMPLE_RATE)
-    parts: list[np.ndarray] = []
-    total = 0
+    decoder = AudioDecoder(io.BytesIO(data), max_seconds)
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
-            if not container.streams.audio:
-                raise UnsupportedMediaType("the uploaded file has no audio stream", code="unsupported_audio")
-            resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
-            for frame in container.decode(audio=0):
-                for out in resampler.resample(frame):
-                    pcm = out.to_ndarray().reshape(-1)
-                    parts.append(pcm)
-                    total += pcm.size
-                if total > limit:
-                    raise PayloadTooLarge(f"the audio is longer than {max_seconds:.0f} s", code="audio_too_long")
-            parts.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
-    except AgentError:
-        raise
-    except Exception as exc:  # av.error.* (InvalidDataError, ...) and decoder failures
-        raise UnsupportedMediaType(f"the uploaded file could not be decoded as audio: {exc}",
-                                   code="unsupported_audio") from None
-    if not parts:
-        return np.zeros(0, dtype=np.float32)
-    return np.concatenate(parts).astype(np.float32) / 32768.0
+        decoder.open()
+        parts = []
+        while (block := decoder.read_block()) is not None:
+            parts.append(block)
+    finally:
+        decoder.close()
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def _coerce(name: str, value: str) -> Any:
@@ -104,54 +99,20 @@ def _coerce(name: str, value: str) -> Any:
     return value.strip()
 
 
-async def _read_form(request: web.Request, limit: int) -> tuple[bytes, dict[str, Any]]:
-    """The ``file`` bytes and the text fields of the multipart body (bounded)."""
-    if request.content_length is not None and request.content_length > limit + 64 * 1024:
-        raise PayloadTooLarge(f"the upload of {request.content_length} bytes exceeds the limit of {limit} bytes")
-    try:
-        reader = await request.multipart()
-    except (ValueError, AssertionError) as exc:
-        raise InvalidRequest(f"malformed multipart body: {exc}", code="invalid_multipart") from None
-    data: bytes | None = None
-    fields: dict[str, Any] = {}
-    while True:
-        try:
-            part = await reader.next()
-        except ValueError as exc:
-            raise InvalidRequest(f"malformed multipart body: {exc}", code="invalid_multipart") from None
-        if part is None:
-            break
-        if not isinstance(part, BodyPartReader):
-            raise InvalidRequest("nested multipart bodies are not supported", code="invalid_multipart")
-        name = part.name or ""
-        if name == "file":
-            if data is not None:
-                raise InvalidRequest("send exactly one 'file' part", code="invalid_multipart")
-            buf = bytearray()
-            while chunk := await part.read_chunk(256 * 1024):
-                buf += chunk
-                if len(buf) > limit:
-                    raise PayloadTooLarge(f"the uploaded file exceeds the limit of {limit} bytes")
-            data = bytes(buf)
-        elif name in FIELDS:
-            raw = bytearray()
-            while chunk := await part.read_chunk(MAX_FIELD_BYTES):
-                raw += chunk
-                if len(raw) > MAX_FIELD_BYTES:
-                    raise InvalidRequest(f"field {name!r} is too long", code="invalid_config")
-            try:
-                fields[name] = _coerce(name, raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise InvalidRequest(f"field {name!r} is not UTF-8 text", code="invalid_config") from None
-        else:
-            raise InvalidRequest(f"unknown form field {name!r}; send 'file' and any of {', '.join(FIELDS)}",
-                                 code="invalid_config")
+def _fields(request: web.Request, upload: Upload) -> dict[str, Any]:
+    """The form's text fields (coerced), with query parameters for the ones the form lacks."""
+    fields = {name: _coerce(name, value) for name, value in upload.fields.items()}
     for name in FIELDS:
         if name not in fields and name in request.query:
             fields[name] = _coerce(name, request.query[name])
-    if data is None:
-        raise InvalidRequest("the form has no 'file' part with the audio", code="missing_file")
-    return data, fields
+    return fields
+
+
+def _check_capacity(request: web.Request) -> None:
+    streams = request.app[STREAMS]
+    if streams.active >= request.app[SETTINGS].max_sessions:
+        raise AtCapacity(f"{streams.active} translations are running (max_sessions); retry shortly",
+                         code="at_capacity", retry_after=5)
 
 
 async def translate_stream(request: web.Request) -> web.StreamResponse:
@@ -161,27 +122,65 @@ async def translate_stream(request: web.Request) -> web.StreamResponse:
         raise UnsupportedMediaType(
             f"POST /v1/translate/stream takes multipart/form-data (a 'file' part and language fields), not "
             f"{request.content_type or 'no content type'}")
-    streams = request.app[STREAMS]
-    if streams.active >= settings.max_sessions:
-        raise AtCapacity(f"{streams.active} translations are running (max_sessions); retry shortly",
-                         code="at_capacity", retry_after=5)
-    streams.active += 1
+    _check_capacity(request)  # early: a busy server says so before the client uploads
     try:
-        return await _run(request)
+        upload = await read_upload(request, UploadLimits.from_settings(settings), FIELDS)
+    except AgentError as exc:
+        if exc.status != 408:
+            raise
+        return await _answer_and_close(request, exc)
+    try:
+        config = resolve_config(_fields(request, upload), settings)
+        config["speak"] = False
+        _check_capacity(request)  # counted from here on: the body is read
+        streams = request.app[STREAMS]
+        streams.active += 1
+        try:
+            return await _run(request, upload, config)
+        finally:
+            streams.active -= 1
     finally:
-        streams.active -= 1
+        upload.close()
 
 
-async def _run(request: web.Request) -> web.StreamResponse:
+async def _answer_and_close(request: web.Request, exc: AgentError) -> web.StreamResponse:
+    """Send the error for a stalled upload and close the connection: waiting for the rest of its body (aiohttp
+    would for up to 10 s) is pointless."""
+    request.app[METRICS].errors.labels(code=exc.code).inc()
+    response = error_response(exc)
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # the reply is flushed before the socket closes
+    return response
+
+
+async def _run(request: web.Request, upload: Upload, config: dict[str, Any]) -> web.StreamResponse:
     settings = request.app[SETTINGS]
-    limit = int(getattr(settings, "st_max_upload_bytes", 64 * 1024 * 1024))
-    data, fields = await _read_form(request, limit)
-    config = resolve_config(fields, settings)
-    config["speak"] = False
-    audio = await asyncio.get_running_loop().run_in_executor(None, decode_audio, data)
-    del data
-    if len(audio) < SAMPLE_RATE // 10:
-        raise InvalidRequest("the uploaded audio is empty (less than 0.1 s)", code="empty_audio")
+    max_seconds = float(getattr(settings, "st_max_upload_seconds", MAX_AUDIO_S))
+    decoder = AudioDecoder(upload.file, max_seconds)
+    try:
+        return await _translate(request, decoder, config)
+    finally:
+        await asyncio.to_thread(decoder.close)
+
+
+async def _first_blocks(decoder: AudioDecoder) -> list[np.ndarray]:
+    """Open the file and decode its first 0.1 s (errors here are HTTP errors, before the stream starts)."""
+    await asyncio.to_thread(decoder.open)
+    blocks: list[np.ndarray] = []
+    while sum(len(b) for b in blocks) < MIN_AUDIO_SAMPLES:
+        block = await asyncio.to_thread(decoder.read_block)
+        if block is None:
+            raise InvalidRequest("the uploaded audio is empty (less than 0.1 s)", code="empty_audio")
+        blocks.append(block)
+    return blocks
+
+
+async def _translate(request: web.Request, decoder: AudioDecoder,
+                     config: dict[str, Any]) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    first = await _first_blocks(decoder)
 
     ids = EventIds()
     lines: asyncio.Queue[str | None] = asyncio.Queue()
@@ -194,6 +193,21 @@ async def _run(request: web.Request) -> web.StreamResponse:
         wire = encode(event, event_id=ids.next(), session_ms=position["ms"])
         lines.put_nowait(json.dumps(wire, separators=(",", ":"), ensure_ascii=False) + "\n")
 
+    async def blocks() -> AsyncIterator[np.ndarray]:
+        """The decoded audio; a decoding error part way is reported and ends the audio (then the end flush)."""
+        for block in first:
+            yield block
+        first.clear()
+        while True:
+            try:
+                block = await asyncio.to_thread(decoder.read_block)
+            except AgentError as exc:
+                emit(error_event(exc))
+                return
+            if block is None:
+                return
+            yield block
+
     pipeline = build_pipeline(settings, request.app[WORKER], config, emit)
     response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8",
                                            "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -202,7 +216,7 @@ async def _run(request: web.Request) -> web.StreamResponse:
 
     async def produce() -> None:
         try:
-            await pipeline.translate_audio(audio)
+            await pipeline.translate_blocks(blocks())
         except AgentError as exc:
             emit(error_event(exc))
         except Exception as exc:  # report, then end the stream cleanly
@@ -210,11 +224,10 @@ async def _run(request: web.Request) -> web.StreamResponse:
             emit(error_event(AgentError(f"internal error: {exc}")))
         finally:
             stats = pipeline.policy.stats()
-            emit(MetricsEvent(translation={**stats, "audio_ms": len(audio) * 1000 // SAMPLE_RATE,
+            emit(MetricsEvent(translation={**stats, "audio_ms": decoder.samples * 1000 // SAMPLE_RATE,
                                            "wall_ms": round((time.monotonic() - started) * 1000),
                                            "config": config}))
             lines.put_nowait(None)
-
     task = asyncio.get_running_loop().create_task(produce(), name="translate-stream")
     try:
         while (line := await lines.get()) is not None:

@@ -74,6 +74,15 @@ class LoopLagMonitor:
             await asyncio.sleep(self.interval)
             self.record(loop.time() - start - self.interval)
 
+    def sample_count(self) -> int:
+        """Samples in the ring."""
+        return len(self._samples)
+
+    def recent_ms(self, seconds: float, q: float = 90) -> float:
+        """The ``q``-th percentile (ms) of the samples of about the last ``seconds``; 0.0 with none."""
+        samples = _recent(self._samples, max(1, round(seconds / self.interval)))
+        return round(1000 * _percentile(sorted(samples), q), 3) if samples else 0.0
+
     def stats(self) -> dict[str, Any]:
         """``samples`` (in the ring), ``p50_ms``, ``p99_ms``, ``max_ms``, ``last_ms``, ``mean_ms``; all 0.0
         before the first sample. Percentiles are nearest-rank over the ring."""
@@ -89,6 +98,10 @@ class LoopLagMonitor:
             "last_ms": round(1000 * samples[-1], 3),
             "mean_ms": round(1000 * sum(samples) / len(samples), 3),
         }
+
+
+def _recent(samples: deque[float], count: int) -> list[float]:
+    return list(samples)[-count:] if count < len(samples) else list(samples)
 
 
 def _percentile(ordered: list[float], q: float) -> float:

@@ -117,6 +117,10 @@ class _RequestQueue:
         """Requests still waiting for a caller."""
         return sum(1 for p in self._items if not p.future.done())
 
+    def oldest_age(self, now: float) -> float:
+        """Seconds the oldest live request has waited (0.0 when none)."""
+        return next((max(0.0, now - p.enqueued) for p in self._items if not p.future.done()), 0.0)
+
     def put_nowait(self, pending: _Pending) -> bool:
         """Queue ``pending``; False when the queue is full of live requests."""
         if len(self._items) >= self.maxsize:
@@ -191,6 +195,7 @@ class _Slot:
         self.batch_count = 0
         self.batch_items = 0
         self.queue_delay_total = 0.0
+        self.recent_delays: deque[tuple[float, float]] = deque(maxlen=256)  # (taken at, delay) per request
         self.run_time_total = 0.0
         self.leases_done = 0
         self.lease_time_total = 0.0
@@ -473,6 +478,7 @@ class Worker:
         for pending in batch:
             delay = max(0.0, start - pending.enqueued)
             slot.queue_delay_total += delay
+            slot.recent_delays.append((start, delay))
             delay_hist.observe(delay)
 
         if isinstance(outcome, BaseException):
@@ -546,6 +552,17 @@ class Worker:
         )
 
     # introspection and shutdown -----------------------------------------------------------------------------
+
+    def recent_queue_delays_ms(self, seconds: float) -> dict[str, float]:
+        """Per engine, the longest time (ms) a request waited in its queue over the last ``seconds``, counting
+        requests still waiting now (a stalled engine shows up before any batch completes)."""
+        now = time.monotonic()
+        out: dict[str, float] = {}
+        for name, slot in self._slots.items():
+            taken = [d for at, d in slot.recent_delays if now - at <= seconds]
+            waiting = slot.queue.oldest_age(now)
+            out[name] = round(1000 * max([*taken, waiting, 0.0]), 3)
+        return out
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per engine: ``loaded``, ``loading``, ``progress``, ``queue_depth``, ``max_queue``, ``in_flight``,

@@ -112,8 +112,9 @@ export class DeviceManager extends EventTarget {
       });
     } catch (err) {
       if (this.video && err && (err.name === "NotFoundError" || err.name === "NotReadableError"
-          || err.name === "OverconstrainedError")) {
-        // No usable camera: go on with audio only rather than failing the whole session.
+          || err.name === "OverconstrainedError" || err.name === "NotAllowedError")) {
+        // No usable camera (missing, busy, or denied): go on with audio only rather than failing the whole
+        // session. A denied microphone fails the audio-only request below with its own message.
         stream = await navigator.mediaDevices.getUserMedia({ audio: this.audioConstraints() }).catch((e) => {
           throw new Error(describeMediaError(e, "microphone"));
         });
@@ -125,6 +126,7 @@ export class DeviceManager extends EventTarget {
       }
     }
     this.hasPermission = true;
+    this.audioOnly = this.video && stream.getVideoTracks().length === 0;
     this._setTracks(stream.getAudioTracks()[0] || null, stream.getVideoTracks()[0] || null);
     await this.refresh().catch(() => {});
     return { audioTrack: this.audioTrack, videoTrack: this.videoTrack, stream: this.stream };

@@ -32,11 +32,28 @@ export class EventLog {
    * @param {number} [opts.limit]            lines kept
    * @param {HTMLInputElement|null} [opts.heartbeatToggle]  checkbox: also show ping/pong
    */
-  constructor(element, { limit = 200, heartbeatToggle = null } = {}) {
+  constructor(element, { limit = 200, heartbeatToggle = null, metricsToggle = null, filterInput = null } = {}) {
     this.element = element;
     this.limit = limit;
     this.heartbeatToggle = heartbeatToggle;
+    this.metricsToggle = metricsToggle; // checkbox: also show `metrics` events (hidden by default: every 2 s)
+    this.filterInput = filterInput; // text input: show only lines whose type contains this text
     this.count = 0;
+    if (filterInput) filterInput.addEventListener("input", () => this.applyFilter());
+  }
+
+  get showMetrics() {
+    return this.metricsToggle ? this.metricsToggle.checked : false;
+  }
+
+  /** Hide the lines whose type does not contain the filter text (case-insensitive). */
+  applyFilter() {
+    if (!this.element) return;
+    const want = (this.filterInput && this.filterInput.value || "").trim().toLowerCase();
+    for (const line of this.element.children) {
+      const type = line.querySelector(".log-type");
+      line.hidden = Boolean(want) && !(type && type.textContent.toLowerCase().includes(want));
+    }
   }
 
   get showHeartbeats() {
@@ -70,6 +87,8 @@ export class EventLog {
       body.textContent = ` ${detail}`;
       line.append(body);
     }
+    const want = (this.filterInput && this.filterInput.value || "").trim().toLowerCase();
+    if (want && !label.toLowerCase().includes(want)) line.hidden = true;
     el.append(line);
     this.count += 1;
     while (el.childElementCount > this.limit) el.firstElementChild.remove();
@@ -79,6 +98,7 @@ export class EventLog {
   /** Log a protocol event (skipping heartbeats unless the toggle is on). */
   event(direction, event) {
     if (HEARTBEAT_TYPES.has(event.type) && !this.showHeartbeats) return;
+    if (event.type === "metrics" && !this.showMetrics) return;
     const level = event.type === "error" ? "error" : "info";
     this.add(direction, event.type, summarize(event), level);
   }

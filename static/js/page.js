@@ -68,9 +68,10 @@ function flatten(obj, prefix = "", depth = 0, out = []) {
   return out;
 }
 
-function renderMetrics(dl, event, limit = 16) {
+function renderMetrics(dl, event, limit = 16, { video = true } = {}) {
   if (!dl) return;
-  const rows = flatten(event).slice(0, limit);
+  // counters relevant to the page only: no video counters where no camera is sent
+  const rows = flatten(event).filter(([k]) => video || !/video|frame|vision/i.test(k)).slice(0, limit);
   dl.replaceChildren();
   for (const [k, v] of rows) {
     const dt = document.createElement("dt");
@@ -114,6 +115,121 @@ function markActiveNav(appName) {
   }
 }
 
+// ------------------------------------------------------------------ downloads, copy
+
+/** Save `text` as a file called `name` (a Blob and a temporary link). */
+export function download(name, text, type = "text/plain") {
+  const blob = new Blob([text], { type: `${type};charset=utf-8` });
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.rel = "noopener";
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+/** Copy `text` to the clipboard and say "Copied" on `button` for 1.5 s (or why it failed). */
+export async function copyText(text, button = null) {
+  let ok = true;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (err) {
+    ok = false;
+  }
+  if (button) {
+    const label = button.dataset.label || button.textContent;
+    button.dataset.label = label;
+    button.textContent = ok ? "Copied" : "Copy failed";
+    button.dataset.copied = String(ok);
+    setTimeout(() => {
+      button.textContent = label;
+      delete button.dataset.copied;
+    }, 1500);
+  }
+  return ok;
+}
+
+/** Milliseconds as a WebVTT (".") or SRT (",") timestamp. */
+export function timestamp(ms, sep = ".") {
+  const t = Math.max(0, Math.round(ms || 0));
+  const h = String(Math.floor(t / 3600000)).padStart(2, "0");
+  const m = String(Math.floor((t % 3600000) / 60000)).padStart(2, "0");
+  const s = String(Math.floor((t % 60000) / 1000)).padStart(2, "0");
+  return `${h}:${m}:${s}${sep}${String(t % 1000).padStart(3, "0")}`;
+}
+
+/** Cues [{start_ms, end_ms, text}] as WebVTT. */
+export function toVtt(cues) {
+  const body = cues.map((c) => `${timestamp(c.start_ms)} --> ${timestamp(Math.max(c.end_ms, c.start_ms + 1))}\n${c.text}`);
+  return `WEBVTT\n\n${body.join("\n\n")}\n`;
+}
+
+/** Cues [{start_ms, end_ms, text}] as SRT. */
+export function toSrt(cues) {
+  return cues.map((c, i) => `${i + 1}\n${timestamp(c.start_ms, ",")} --> `
+    + `${timestamp(Math.max(c.end_ms, c.start_ms + 1), ",")}\n${c.text}\n`).join("\n");
+}
+
+// ------------------------------------------------------------------ readiness, quality
+
+const ENGINE_WORDS = { llm: "the language model", asr: "the speech recognizer", tts: "the voice", vad: "the voice detector",
+  st: "the translator", vlm: "the vision model" };
+
+/** The readiness line of `app` from /health's (or client_config's) readiness object; null when ready. */
+export function readinessText(readiness, app) {
+  if (!readiness || !readiness.apps || !readiness.apps[app]) return null;
+  const entry = readiness.apps[app];
+  if (entry.ready) return null;
+  const parts = (entry.waiting || []).map((name) => {
+    const e = (readiness.engines || {})[name] || {};
+    const what = ENGINE_WORDS[name] || e.label || name;
+    if (e.state === "failed") return `Loading ${what} failed: ${e.progress || "see the server log"}`;
+    const pct = typeof e.percent === "number" ? ` ${e.percent} %` : "";
+    return `Loading ${what}…${pct}`;
+  });
+  return parts.join(" · ");
+}
+
+/** Connection quality from RTCPeerConnection.getStats(): loss %, jitter ms, RTT ms, sending bitrate kbit/s. */
+export async function connectionQuality(pc, previous = null) {
+  if (!pc || typeof pc.getStats !== "function") return null;
+  const report = await pc.getStats();
+  let loss = null;
+  let jitter = null;
+  let rtt = null;
+  let bytes = 0;
+  let at = 0;
+  let lost = 0;
+  let received = 0;
+  report.forEach((r) => {
+    if (r.type === "remote-inbound-rtp" && r.kind === "audio") {
+      if (typeof r.fractionLost === "number") loss = 100 * r.fractionLost;
+      if (typeof r.roundTripTime === "number") rtt = 1000 * r.roundTripTime;
+    }
+    if (r.type === "inbound-rtp" && r.kind === "audio") {
+      if (typeof r.jitter === "number") jitter = 1000 * r.jitter;
+      lost += r.packetsLost || 0;
+      received += r.packetsReceived || 0;
+    }
+    if (r.type === "outbound-rtp") {
+      bytes += r.bytesSent || 0;
+      at = Math.max(at, r.timestamp || 0);
+    }
+    if (r.type === "candidate-pair" && r.nominated && typeof r.currentRoundTripTime === "number" && rtt === null) {
+      rtt = 1000 * r.currentRoundTripTime;
+    }
+  });
+  if (loss === null && lost + received > 0) loss = (100 * lost) / (lost + received);
+  let kbps = null;
+  if (previous && previous.at && at > previous.at) kbps = (8 * (bytes - previous.bytes)) / (at - previous.at);
+  const bad = (loss ?? 0) > 5 || (jitter ?? 0) > 50 || (rtt ?? 0) > 400;
+  const fair = (loss ?? 0) > 1 || (jitter ?? 0) > 20 || (rtt ?? 0) > 200;
+  return { loss, jitter, rtt, kbps, bytes, at, grade: bad ? "poor" : fair ? "fair" : "good" };
+}
+
 // ------------------------------------------------------------------ main
 
 async function main() {
@@ -129,7 +245,15 @@ async function main() {
   }
 
   const errors = makeErrorBanner();
-  const log = new EventLog($("event-log"), { limit: 200, heartbeatToggle: $("log-heartbeats") });
+  const log = new EventLog($("event-log"), {
+    limit: 200, heartbeatToggle: $("log-heartbeats"), metricsToggle: $("log-metrics"), filterInput: $("log-filter"),
+  });
+  // Known at load: the browser gives no microphone to an insecure page.
+  if (window.isSecureContext === false) {
+    const warn = $("insecure-warning");
+    if (warn) warn.hidden = false;
+    document.body.dataset.insecure = "true";
+  }
   const stateEl = $("connection-state");
   const sessionEl = $("session-id");
   const rttEl = $("rtt");
@@ -166,14 +290,21 @@ async function main() {
   devices.addEventListener("warning", (ev) => {
     log.note(ev.detail.message, "warn");
     errors.show(ev.detail.message);
+    if (/audio only/.test(ev.detail.message)) {
+      document.body.dataset.audioOnly = "true";
+      audioOnlyWarning = ev.detail.message;
+    }
   });
+  let audioOnlyWarning = null; // shown again once connected (connecting clears the banner)
   devices.refresh().catch(() => {});
 
   // ---------------------------------------------------------------- state display
+  const needsSignIn = Boolean(config.auth && config.auth.required && !config.auth.signed_in);
   const setButtons = () => {
     const s = client.state;
     const busy = s === "connecting" || s === "connected" || (s === "disconnected" && client.pc);
-    connectBtn.disabled = Boolean(busy);
+    connectBtn.disabled = Boolean(busy) || needsSignIn;
+    connectBtn.textContent = client.endReason || s === "failed" ? "Reconnect" : "Connect";
     if (disconnectBtn) disconnectBtn.disabled = !busy;
   };
   const renderState = (s) => {
@@ -190,7 +321,10 @@ async function main() {
     const { state, previous } = ev.detail;
     renderState(state);
     log.note(`state: ${previous} → ${state}`, state === "failed" ? "error" : "info");
-    if (state === "connected") errors.clear();
+    if (state === "connected") {
+      errors.clear();
+      if (audioOnlyWarning) errors.show(audioOnlyWarning, { code: "audio_only" });
+    }
     if ((state === "disconnected" && !client.pc) || state === "failed") {
       // The session is over: release the mic / camera and stop the meters (peak values stay readable).
       devices.close();
@@ -231,6 +365,17 @@ async function main() {
     errors.show(`${prefix}: ${error.message}`, { code: error.code });
     log.note(`${error.message}${code}`, "error");
   });
+  client.addEventListener("ended", (ev) => {
+    // The server's last word before it closes the session: say why and offer Reconnect.
+    const { reason, message } = ev.detail;
+    document.body.dataset.endReason = reason;
+    errors.show(`Session ended: ${message || reason}`, { code: reason });
+    log.note(`session ended: ${reason}${message ? ` (${message})` : ""}`, reason === "deleted" ? "info" : "warn");
+    setButtons();
+  });
+  client.addEventListener("retry", (ev) => {
+    log.note(`server busy, retry ${ev.detail.attempt} in ${ev.detail.waitS} s`, "warn");
+  });
   client.addEventListener("log", (ev) => {
     if (ev.detail.level === "debug") log.add("sys", "debug", ev.detail.message, "debug");
     else log.note(ev.detail.message, ev.detail.level);
@@ -238,10 +383,143 @@ async function main() {
   client.addEventListener("sent", (ev) => log.event("out", ev.detail));
   client.on("*", (event) => log.event("in", event));
   client.on("session.created", (event) => renderEngines($("session-engines"), event.session));
-  client.on("metrics", (event) => renderMetrics($("metrics"), event));
+  client.on("metrics", (event) => renderMetrics($("metrics"), event, 16, {
+    video: Boolean(config.media && config.media.video) && document.body.dataset.audioOnly !== "true",
+  }));
+
+  // ---------------------------------------------------------------- readiness (before Connect)
+  const readinessEl = $("readiness");
+  let readinessTimer = null;
+  const showReadiness = (readiness) => {
+    const text = readinessText(readiness, app);
+    document.body.dataset.readiness = text ? "loading" : "ready";
+    if (readinessEl) {
+      readinessEl.hidden = !text;
+      readinessEl.dataset.ready = text ? "false" : "true";
+      readinessEl.textContent = text ? `${text}. You can connect now: the first answer waits for it.` : "";
+    }
+    return !text;
+  };
+  const pollReadiness = async () => {
+    readinessTimer = null;
+    let ready = false;
+    try {
+      const resp = await fetch("/health", { cache: "no-store" });
+      const body = await resp.json();
+      ready = showReadiness({ apps: body.readiness?.apps, engines: body.readiness?.engines });
+    } catch (err) {
+      ready = false;
+    }
+    if (!ready) readinessTimer = setTimeout(pollReadiness, 1000);
+  };
+  if (!showReadiness(config.readiness)) readinessTimer = setTimeout(pollReadiness, 500);
+
+  // ---------------------------------------------------------------- mute, camera, quality
+  const muteBtn = $("mute");
+  const cameraBtn = $("camera-toggle");
+  const qualityEl = $("quality");
+  let muted = false;
+  let cameraOff = false;
+  const setMuted = (value) => {
+    muted = Boolean(value);
+    if (devices.audioTrack) devices.audioTrack.enabled = !muted;
+    if (muteBtn) {
+      muteBtn.setAttribute("aria-pressed", String(muted));
+      muteBtn.textContent = muted ? "Unmute" : "Mute";
+    }
+    document.body.dataset.muted = String(muted);
+    if (client.connected) client.send({ type: "input_audio.muted", muted });
+  };
+  const setCameraOff = (value) => {
+    cameraOff = Boolean(value);
+    if (devices.videoTrack) devices.videoTrack.enabled = !cameraOff;
+    if (cameraBtn) {
+      cameraBtn.setAttribute("aria-pressed", String(cameraOff));
+      cameraBtn.textContent = cameraOff ? "Camera on" : "Camera off";
+    }
+    document.body.dataset.cameraOff = String(cameraOff);
+  };
+  muteBtn?.addEventListener("click", () => setMuted(!muted));
+  cameraBtn?.addEventListener("click", () => setCameraOff(!cameraOff));
+  let qualityTimer = null;
+  let qualityPrev = null;
+  const renderQuality = (q) => {
+    if (!qualityEl) return;
+    if (!q) {
+      qualityEl.dataset.quality = "none";
+      qualityEl.textContent = "quality —";
+      qualityEl.title = "Connection quality from the browser's WebRTC statistics";
+      return;
+    }
+    const f = (v, unit, digits = 0) => (v === null || v === undefined ? "—" : `${v.toFixed(digits)} ${unit}`);
+    qualityEl.dataset.quality = q.grade;
+    qualityEl.textContent = `quality ${q.grade}`;
+    qualityEl.title = `loss ${f(q.loss, "%", 1)}, jitter ${f(q.jitter, "ms")}, RTT ${f(q.rtt, "ms")}, `
+      + `sending ${f(q.kbps, "kbit/s")}`;
+    for (const k of ["loss", "jitter", "rtt", "kbps"]) {
+      if (typeof q[k] === "number") qualityEl.dataset[k] = q[k].toFixed(1);
+    }
+  };
+  const pollQuality = async () => {
+    qualityTimer = null;
+    if (!client.pc || client.state !== "connected") return;
+    try {
+      const q = await connectionQuality(client.pc, qualityPrev);
+      if (q) {
+        qualityPrev = q;
+        renderQuality(q);
+      }
+    } catch (err) {
+      /* stats are best effort */
+    }
+    qualityTimer = setTimeout(pollQuality, 2000);
+  };
+  const sessionControls = (live) => {
+    if (muteBtn) muteBtn.disabled = !live;
+    if (cameraBtn) cameraBtn.disabled = !live || !devices.videoTrack;
+  };
+  client.addEventListener("statechange", (ev) => {
+    const { state } = ev.detail;
+    if (state === "connected") {
+      sessionControls(true);
+      if (muted) client.send({ type: "input_audio.muted", muted: true });
+      if (!qualityTimer) qualityTimer = setTimeout(pollQuality, 1000);
+    }
+    if ((state === "disconnected" && !client.pc) || state === "failed") {
+      sessionControls(false);
+      if (qualityTimer) clearTimeout(qualityTimer);
+      qualityTimer = null;
+      qualityPrev = null;
+      renderQuality(null);
+      setMuted(false);
+      setCameraOff(false);
+      // every per-session indicator of the app goes back to its idle look (its text stays until cleared)
+      if (appModule && typeof appModule.reset === "function") appModule.reset();
+      document.body.dataset.sessionEnded = "true";
+    }
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (!ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    const key = ev.key.toLowerCase();
+    if (key === "c" && !connectBtn.disabled) {
+      ev.preventDefault();
+      connect();
+    } else if (key === "m" && muteBtn && !muteBtn.disabled) {
+      ev.preventDefault();
+      setMuted(!muted);
+    }
+  });
 
   // ---------------------------------------------------------------- app module
-  const ctx = { client, config, log, devices, meters: { input: inputMeter, output: outputMeter }, errors, $ };
+  const ctx = {
+    client, config, log, devices, meters: { input: inputMeter, output: outputMeter }, errors, $,
+    setMuted: (value) => setMuted(value), isMuted: () => muted, download, copyText, toVtt, toSrt,
+    // the page's one polite live region: apps announce finished text only (never partials)
+    announce: (text) => {
+      const region = $("announcer");
+      if (region && text) region.textContent = String(text).slice(0, 500);
+    },
+  };
   let appModule = null;
   try {
     const mod = await import(`./apps/${encodeURIComponent(app)}.js`);
@@ -256,6 +534,10 @@ async function main() {
   // ---------------------------------------------------------------- connect / disconnect
   async function connect() {
     errors.clear();
+    delete document.body.dataset.endReason;
+    delete document.body.dataset.sessionEnded;
+    delete document.body.dataset.audioOnly;
+    audioOnlyWarning = null;
     audioContext(); // created inside the click so autoplay policies allow it
     inputMeter.reset();
     outputMeter.reset();
@@ -323,6 +605,11 @@ async function main() {
     app: appModule,
     connect,
     disconnect,
+    setMuted,
+    setCameraOff,
+    get muted() {
+      return muted;
+    },
     state() {
       return {
         connection: stateEl ? stateEl.textContent : client.state,

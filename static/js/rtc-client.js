@@ -1,10 +1,16 @@
 // RtcClient: one WebRTC session with the rtc-agent server.
 //
 // Signaling (DESIGN.md section 3):
-//   GET    /v1/ice-servers        -> {ice_servers, ice_transport_policy}
-//   POST   /v1/sessions           -> 201 {session_id, sdp, type: "answer"}   (offer sent before ICE gathering ends)
+//   POST   /v1/tokens             -> 201 {value, expires_at, app, config}     (a single-use client token; the
+//                                    page's same-origin sign-in cookie or open mode authorises it)
+//   GET    /v1/ice-servers        -> {ice_servers, ice_transport_policy}     (Bearer: the client token)
+//   POST   /v1/sessions           -> 201 {session_id, session_token, sdp, type: "answer"}   (Bearer: the client
+//                                    token; the offer is sent before ICE gathering ends)
 //   PATCH  /v1/sessions/{id}      trickle ICE candidates, then {candidates: [], end_of_candidates: true}
 //   DELETE /v1/sessions/{id}      on disconnect and on page unload (fetch keepalive)
+//   (PATCH and DELETE carry the session's own token: Authorization: Bearer <session_token>.)
+//
+// A 503 with Retry-After (the server is at capacity) is retried on its own, up to `maxRetries` times.
 //
 // Events (DESIGN.md section 4) travel as JSON on the data channel labelled "events". Server events are
 // dispatched to listeners registered with `client.on(type, fn)`; `client.on("*", fn)` sees every event.
@@ -65,8 +71,12 @@ export class RtcClient extends EventTarget {
    * @param {object} [opts.sessionConfig]      sent as `config` in the offer
    * @param {number} [opts.connectTimeoutMs]   give up when not connected after this long
    */
-  constructor({ app, baseUrl = "", heartbeatIntervalMs = 2000, sessionConfig = {}, connectTimeoutMs = 30000 } = {}) {
+  constructor({ app, baseUrl = "", heartbeatIntervalMs = 2000, sessionConfig = {}, connectTimeoutMs = 30000,
+                maxRetries = 3 } = {}) {
     super();
+    this.maxRetries = maxRetries;
+    this.sessionToken = null;
+    this.endReason = null; // {reason, message} of session.ended
     this.app = app;
     this.baseUrl = baseUrl.replace(/\/$/, "");
     this.heartbeatIntervalMs = heartbeatIntervalMs;
@@ -186,8 +196,22 @@ export class RtcClient extends EventTarget {
     return `${this.baseUrl}${path}`;
   }
 
-  async fetchIceServers() {
-    const res = await fetch(this._url("/v1/ice-servers"), { headers: { Accept: "application/json" } });
+  /** A single-use client token for one session of this app (POST /v1/tokens). */
+  async fetchClientToken() {
+    const res = await fetch(this._url("/v1/tokens"), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify({ app: this.app }),
+    });
+    if (!res.ok) throw await errorFromResponse(res, "POST /v1/tokens");
+    return (await res.json()).value;
+  }
+
+  async fetchIceServers(token) {
+    const headers = { Accept: "application/json" };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const res = await fetch(this._url("/v1/ice-servers"), { headers });
     if (!res.ok) throw await errorFromResponse(res, "GET /v1/ice-servers");
     const body = await res.json();
     const iceServers = (body.ice_servers || []).map((s) => {
@@ -206,7 +230,22 @@ export class RtcClient extends EventTarget {
    * `stream` is the MediaStream they belong to (used for the msid); optional.
    * Resolves once the answer is applied; watch "statechange" for "connected".
    */
-  async connect({ audioTrack = null, videoTrack = null, stream = null, config = null } = {}) {
+  async connect(options = {}) {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await this._connectOnce(options);
+      } catch (err) {
+        const busy = err instanceof AgentError && err.status === 503 && err.retryAfter !== null;
+        if (!busy || attempt >= this.maxRetries) throw err;
+        const wait = Math.min(30, Math.max(1, err.retryAfter));
+        this._emit("log", { level: "warn", message: `${err.message}; retrying in ${wait} s` });
+        this._emit("retry", { attempt: attempt + 1, waitS: wait, error: err });
+        await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      }
+    }
+  }
+
+  async _connectOnce({ audioTrack = null, videoTrack = null, stream = null, config = null } = {}) {
     if (this.state === "connecting" || this.state === "connected") {
       throw new AgentError("Already connected or connecting", { code: "already_connected" });
     }
@@ -221,9 +260,11 @@ export class RtcClient extends EventTarget {
     }, this.connectTimeoutMs);
 
     try {
+      const token = await this.fetchClientToken();
+      if (generation !== this._generation) return;
       let rtcConfig = { iceServers: [], iceTransportPolicy: "all" };
       try {
-        rtcConfig = await this.fetchIceServers();
+        rtcConfig = await this.fetchIceServers(token);
       } catch (err) {
         // Without ICE servers host candidates still work on a LAN; say so and go on.
         this._emit("log", { level: "warn", message: `ICE servers unavailable: ${err.message}` });
@@ -287,17 +328,18 @@ export class RtcClient extends EventTarget {
       };
       const res = await fetch(this._url("/v1/sessions"), {
         method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        headers: { "Content-Type": "application/json", Accept: "application/json", Authorization: `Bearer ${token}` },
         body: JSON.stringify(body),
       });
       if (!res.ok) throw await errorFromResponse(res, "POST /v1/sessions");
       const answer = await res.json();
       if (generation !== this._generation) {
         // Disconnected while the offer was in flight: end the session we just got.
-        if (answer.session_id) this._deleteSession(answer.session_id, false);
+        if (answer.session_id) this._deleteSession(answer.session_id, answer.session_token, false);
         return;
       }
       this.sessionId = answer.session_id;
+      this.sessionToken = answer.session_token || null;
       this._emit("session", { sessionId: this.sessionId });
       await pc.setRemoteDescription({ type: answer.type || "answer", sdp: answer.sdp });
       this._scheduleCandidateFlush();
@@ -349,6 +391,9 @@ export class RtcClient extends EventTarget {
     } else if (event.type === "session.created" && event.session) {
       this.session = event.session;
       if (!this.sessionId && event.session.id) this.sessionId = event.session.id;
+    } else if (event.type === "session.ended") {
+      this.endReason = { reason: event.reason || "ended", message: event.message || "" };
+      this._emit("ended", { ...this.endReason });
     } else if (event.type === "error") {
       const e = event.error || {};
       this._emit("error", {
@@ -390,13 +435,19 @@ export class RtcClient extends EventTarget {
     const id = this.sessionId;
     const generation = this._generation;
     if (this._pendingCandidates.length) {
-      const candidates = this._pendingCandidates.splice(0);
-      this._patch(id, { candidates }, generation);
+      // The server takes at most 20 candidates a PATCH.
+      while (this._pendingCandidates.length) {
+        this._patch(id, { candidates: this._pendingCandidates.splice(0, 20) }, generation);
+      }
     }
     if (this._gatheringDone && !this._endOfCandidatesSent) {
       this._endOfCandidatesSent = true;
       this._patch(id, { candidates: [], end_of_candidates: true }, generation);
     }
+  }
+
+  _sessionHeaders(token = this.sessionToken) {
+    return token ? { Authorization: `Bearer ${token}` } : {};
   }
 
   _patch(id, body, generation) {
@@ -406,7 +457,7 @@ export class RtcClient extends EventTarget {
       try {
         const res = await fetch(this._url(`/v1/sessions/${encodeURIComponent(id)}`), {
           method: "PATCH",
-          headers: { "Content-Type": "application/json" },
+          headers: { "Content-Type": "application/json", ...this._sessionHeaders() },
           body: JSON.stringify(body),
         });
         if (!res.ok) {
@@ -461,9 +512,10 @@ export class RtcClient extends EventTarget {
     this._teardown("failed", { sendDelete: true });
   }
 
-  _deleteSession(id, keepalive) {
+  _deleteSession(id, token, keepalive) {
     try {
-      return fetch(this._url(`/v1/sessions/${encodeURIComponent(id)}`), { method: "DELETE", keepalive })
+      const headers = this._sessionHeaders(token);
+      return fetch(this._url(`/v1/sessions/${encodeURIComponent(id)}`), { method: "DELETE", keepalive, headers })
         .catch(() => {});
     } catch {
       return Promise.resolve();
@@ -478,7 +530,7 @@ export class RtcClient extends EventTarget {
     this._connectTimer = null;
     const id = this.sessionId;
     let deletion = Promise.resolve();
-    if (sendDelete && id) deletion = this._deleteSession(id, keepalive);
+    if (sendDelete && id) deletion = this._deleteSession(id, this.sessionToken, keepalive);
     this._generation += 1; // stale callbacks from the old pc stop here
     try {
       if (this.dc) this.dc.close();
@@ -502,6 +554,8 @@ export class RtcClient extends EventTarget {
   _reset() {
     this._generation += 1;
     this.sessionId = null;
+    this.sessionToken = null;
+    this.endReason = null;
     this.session = null;
     this.remoteStream = null;
     this.rtt = { last: null, avg: null, count: 0 };

@@ -551,12 +551,16 @@ def builtin_tools(*, now: Callable[[], dt.datetime] | None = None, timeout_s: fl
         return get_current_time(timezone, now=now)
 
     return [
-        Tool("get_current_time", "Get the current date and time in a time zone.", GET_CURRENT_TIME_SCHEMA,
+        # descriptions worded for small models too (measured with the tool suite, rtc_agent.bench.tools): "a
+        # city or time zone", and calculate pointing unit questions to convert_units
+        Tool("get_current_time", "Get the current date and time in a city or time zone.", GET_CURRENT_TIME_SCHEMA,
              handler=current_time, timeout_s=timeout_s),
-        Tool("calculate", "Evaluate an arithmetic expression exactly (fractions, decimals, powers, sqrt).",
+        Tool("calculate", "Evaluate arithmetic on plain numbers exactly: + - * / ^, percent, sqrt(). Not for "
+             "units: use convert_units to convert between units.",
              CALCULATE_SCHEMA, handler=calculate, timeout_s=timeout_s),
-        Tool("convert_units", "Convert an amount between units of length, mass, volume, speed, time or "
-             "temperature.", CONVERT_UNITS_SCHEMA, handler=convert_units, timeout_s=timeout_s),
+        Tool("convert_units", "Convert an amount from one unit to another (km to miles, kg to pounds, °F to °C, "
+             "gallons to liters, feet to cm): length, mass, volume, speed, time or temperature. Use it for every "
+             "unit conversion.", CONVERT_UNITS_SCHEMA, handler=convert_units, timeout_s=timeout_s),
     ]
 
 

@@ -22,7 +22,7 @@ def new_item_id() -> str:
 @dataclass
 class Item:
     id: str
-    role: str  # "user" | "assistant" | "tool"
+    role: str  # "user" | "assistant" | "system" | "tool"
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI message tool_calls entries
     call_id: str | None = None  # for role "tool"
@@ -40,7 +40,7 @@ class Item:
         """The item as OpenAI Realtime shows it (``response.done`` output, ``conversation.item.created``)."""
         if self.role == "tool":
             return {"id": self.id, "type": "function_call_output", "call_id": self.call_id, "output": self.text}
-        content_type = "input_text" if self.role == "user" else "output_audio"
+        content_type = "output_audio" if self.role == "assistant" else "input_text"
         out: dict[str, Any] = {"id": self.id, "type": "message", "role": self.role,
                                "content": [{"type": content_type, "transcript": self.text}]}
         if self.truncated:
@@ -54,8 +54,18 @@ class Conversation:
         self.max_items = max_items
         self.items: deque[Item] = deque()
 
-    def add(self, item: Item) -> Item:
-        self.items.append(item)
+    def add(self, item: Item, *, after: str | None = None) -> Item:
+        """Append ``item``, or insert it right after the item ``after`` (``"root"``: first); ``KeyError`` when
+        ``after`` names no item."""
+        if after is None:
+            self.items.append(item)
+        elif after == "root":
+            self.items.appendleft(item)
+        else:
+            index = next((i for i, it in enumerate(self.items) if it.id == after), None)
+            if index is None:
+                raise KeyError(after)
+            self.items.insert(index + 1, item)
         while len(self.items) > self.max_items:
             self.items.popleft()
             while self.items and self.items[0].role != "user":
@@ -67,6 +77,18 @@ class Conversation:
 
     def get(self, item_id: str) -> Item | None:
         return next((i for i in self.items if i.id == item_id), None)
+
+    def delete(self, item_id: str) -> bool:
+        """Remove an item; False when there is none with that id."""
+        item = self.get(item_id)
+        if item is None:
+            return False
+        self.items.remove(item)
+        return True
+
+    @property
+    def last_id(self) -> str | None:
+        return self.items[-1].id if self.items else None
 
     def messages(self, extra: list[Item] | None = None) -> list[dict[str, Any]]:
         """System instructions, the history, then ``extra`` items (a turn not yet committed)."""

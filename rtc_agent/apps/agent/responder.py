@@ -6,6 +6,11 @@ is still writing. Tool calls run between LLM rounds: server tools with a timeout
 longer than ``filler_after_s``), browser tools as ``response.function_call_arguments.done`` answered by a
 ``function_call_output`` item. Results return to the model, which then speaks the answer.
 
+Options for OpenAI Realtime sessions: ``audio=False`` answers in text only (``response.output_text.delta``, no
+TTS); ``end_on_browser_call`` ends the response at a browser tool call instead of waiting for its output (the
+client answers with a ``function_call_output`` item and a new ``response.create``). Response objects carry
+``output_modalities``, ``metadata`` and ``usage`` (token counts as the LLM reported them).
+
 A responder may start *held* (preemptive generation while the end of the user's turn is not yet confirmed): it
 generates and synthesizes but emits nothing and plays nothing until :meth:`release`. :meth:`interrupt`
 (barge-in) stops it and reports the assistant text actually heard.
@@ -40,6 +45,7 @@ from rtc_agent.protocol.events import (
     ResponseAudioTranscriptDelta,
     ResponseCreated,
     ResponseDone,
+    ResponseTextDelta,
 )
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,12 @@ class ResponseOptions:
     filler: str = "One moment."
     filler_after_s: float = 1.0
     offer_tools: bool = True
+    tool_choice: str | dict[str, Any] | None = None  # passed to the LLM when tools are offered (None: auto)
+    audio: bool = True  # False: text replies (ResponseTextDelta), nothing synthesized
+    end_on_browser_call: bool = False
+    speed: float = 1.0
+    voice: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class Responder:
@@ -86,6 +98,7 @@ class Responder:
         self._filler_spoken = False
         self.started = time.monotonic()
         self.timings: dict[str, float | None] = {"llm_first_token_ms": None, "tts_first_audio_ms": None}
+        self.usage = {"input_tokens": 0, "output_tokens": 0}  # summed over the LLM rounds that reported it
         if not held:
             self.released.set()
 
@@ -146,16 +159,21 @@ class Responder:
 
     # --- the response ---
 
+    def _response(self, **fields: Any) -> dict[str, Any]:
+        out = {"id": self.id, "object": "realtime.response", "status": self.status,
+               "output_modalities": ["audio" if self.options.audio else "text"], **fields}
+        if self.options.metadata is not None:
+            out["metadata"] = self.options.metadata
+        return out
+
     async def run(self) -> None:
-        self.emit(ResponseCreated(response={"id": self.id, "object": "realtime.response", "status": "in_progress",
-                                            "output": []}))
+        self.emit(ResponseCreated(response=self._response(output=[])))
         try:
             for round_index in range(self.options.max_tool_rounds + 1):
                 offer_tools = self.options.offer_tools and round_index < self.options.max_tool_rounds
                 calls = await self._generate(offer_tools)
-                if not calls:
+                if not calls or not await self._run_tools(calls):
                     break
-                await self._run_tools(calls)
             self._finish_utterances()
             self.status = "completed"
         except asyncio.CancelledError:
@@ -176,10 +194,9 @@ class Responder:
         self._done()
 
     def _done(self) -> None:
-        self.emit(ResponseDone(response={
-            "id": self.id, "object": "realtime.response", "status": self.status,
-            "output": [item.realtime() for item in self.items], "timings": self.timings,
-        }))
+        usage = {**self.usage, "total_tokens": self.usage["input_tokens"] + self.usage["output_tokens"]}
+        self.emit(ResponseDone(response=self._response(output=[item.realtime() for item in self.items],
+                                                       timings=self.timings, usage=usage)))
 
     async def _generate(self, offer_tools: bool) -> list[ParsedToolCall | ToolCallParseError]:
         """One LLM round: speak the text as it comes; return the tool calls it made."""
@@ -189,6 +206,7 @@ class Responder:
             messages=[*self.history, *(i.message() for i in self.items)],
             tools=self.tools.specs() if offer_tools else (), max_tokens=self.options.max_tokens,
             temperature=self.options.temperature,
+            tool_choice=self.options.tool_choice if offer_tools and len(self.tools) else None,
         )
         parser = ReplyParser()
         # The first audio as early as a comma, or six words, allow, without waiting for the token after the mark.
@@ -201,6 +219,9 @@ class Responder:
                 async for delta in stream:
                     if self.timings["llm_first_token_ms"] is None and (delta.text or delta.tool_calls):
                         self.timings["llm_first_token_ms"] = round((time.monotonic() - self.started) * 1000, 1)
+                    if delta.usage is not None:
+                        self.usage["input_tokens"] += delta.usage.prompt_tokens
+                        self.usage["output_tokens"] += delta.usage.completion_tokens
                     for parsed in parser.feed(delta):
                         await self._route(parsed, splitter, clauses, calls)
             for parsed in parser.finish():
@@ -242,8 +263,12 @@ class Responder:
             item.text = " ".join(spoken)
 
     async def _say(self, text: str, item: Item) -> None:
-        """Synthesize one clause and queue it on the outgoing track (after release)."""
-        synthesis = await self.synthesizer.synthesize(text)
+        """Synthesize one clause and queue it on the outgoing track (after release); in text mode only emit it."""
+        if not self.options.audio:
+            await self.released.wait()
+            self.emit(ResponseTextDelta(response_id=self.id, item_id=item.id, delta=text + " "))
+            return
+        synthesis = await self.synthesizer.synthesize(text, speed=self.options.speed, voice=self.options.voice)
         # the answer starts with its first word; a clause cut mid-sentence runs on into the next one
         synthesis = synthesis.trimmed(lead_ms=FIRST_LEAD_MS if not self.clauses else None,
                                       tail_ms=None if text.rstrip()[-1:] in CLAUSE_END else MID_SENTENCE_TAIL_MS)
@@ -264,8 +289,18 @@ class Responder:
             if not utterance.finished:
                 utterance.finish()
 
-    async def _run_tools(self, calls: list[ParsedToolCall | ToolCallParseError]) -> None:
+    async def _run_tools(self, calls: list[ParsedToolCall | ToolCallParseError]) -> bool:
+        """Run a round's calls; returns whether the model gets another round (False when the response ends at
+        a browser call, see ``end_on_browser_call``)."""
+        go_on = True
         for call in calls:
+            if self.options.end_on_browser_call and isinstance(call, ParsedToolCall):
+                tool = self.tools.get(call.name)
+                if tool is not None and tool.kind == "browser":
+                    self.emit(FunctionCallArgumentsDone(call_id=call.call_id, name=call.name,
+                                                        arguments=call.arguments_json, response_id=self.id))
+                    go_on = False  # the client runs it and answers with function_call_output + response.create
+                    continue
             if isinstance(call, ToolCallParseError):
                 result = ToolResult(call.call_id, call.name or "unknown", ok=False, error_type="invalid_arguments",
                                     error=f"the tool call could not be read: {call.message}")
@@ -276,6 +311,7 @@ class Responder:
             item = Item(new_item_id(), "tool", result.content(), call_id=result.call_id)
             self.items.append(item)
             self.emit(ConversationItemCreated(item={**item.realtime(), "name": result.name, "ok": result.ok}))
+        return go_on
 
     async def _run_tool(self, call: ParsedToolCall) -> ToolResult:
         checked = self.tools.check(call.call_id, call.name, call.arguments)

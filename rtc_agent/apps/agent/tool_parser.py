@@ -1,5 +1,6 @@
-"""Streaming parser for Qwen/Hermes tool calls written in the text: ``<tool_call>{"name": ..., "arguments": ...}
-</tool_call>``.
+"""Streaming parser for tool calls written in the text: Qwen/Hermes ``<tool_call>{"name": ..., "arguments": ...}
+</tool_call>``, and the same JSON written bare (``{"name": ..., "arguments": ...}``, what Qwen2.5-Coder-0.5B
+answers) or in a Markdown fence (```` ```json ... ``` ````, what the 1.5B writes).
 
 :class:`ToolCallParser` takes text chunks as they stream from the model and gives back, as early as possible:
 
@@ -12,6 +13,13 @@
 - :class:`ToolCallParseError`: a tag whose content is not a valid call (malformed JSON, no name, arguments not
   an object, an unterminated tag at the end). Reported, never raised: the agent answers it to the model as an
   error result.
+
+Untagged calls: a ``{`` or a ```` ``` ```` fence outside a tag holds the text back until the JSON object (braces
+balanced outside strings) or the fence closes. A JSON object with a string ``name`` and an ``arguments`` or
+``parameters`` object (or no other key) is a call and is never spoken; anything else (prose in braces, a code
+block that is not a call) is released as text. Held text longer than ``max_call_chars`` is released too. At the
+end of the stream, an unterminated object that starts like a call (``{"name":``) is reported as an unterminated
+call, not spoken.
 
 :class:`ReplyParser` does the same for a whole stream of LLM deltas, merging structured ``tool_calls`` deltas
 (servers with a tool parser) with calls written in the text (servers without one), so the turn loop handles
@@ -41,12 +49,16 @@ __all__ = [
     "merge_text",
     "new_call_id",
     "parse_call_body",
+    "untagged_calls",
 ]
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
 _TAGS = (OPEN_TAG, CLOSE_TAG)
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+FENCE = "```"
+_HOLD_MARKERS = (OPEN_TAG, CLOSE_TAG, FENCE)
+_CALL_START = re.compile(r'^\{\s*"(name|function)"\s*:')
 
 
 def new_call_id() -> str:
@@ -129,6 +141,71 @@ def parse_call_body(body: str,
     return [_parse_call_object(o, raw, id_factory()) for o in objs]
 
 
+def _json_object_end(text: str) -> int:
+    """The index just past the JSON object that starts at ``text[0] == "{"``, or -1 while it is open."""
+    depth = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth <= 0:
+                return i + 1
+    return -1
+
+
+def untagged_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> list[ParsedToolCall] | None:
+    """The calls in ``text`` (bare JSON or a fenced block) when it holds only tool calls; None when it is not one.
+
+    A call is an object with a string ``name`` (or ``function``, as some models write it) and an object
+    ``arguments``/``parameters`` (or no other key); a list of such objects gives one call each.
+    """
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        obj, end = json.JSONDecoder().raw_decode(body)
+    except ValueError:
+        return None
+    if body[end:].strip():
+        return None
+    objs = obj if isinstance(obj, list) and obj else [obj]
+    calls: list[ParsedToolCall] = []
+    for o in objs:
+        if not isinstance(o, dict):
+            return None
+        name = o.get("name", o.get("function"))
+        if not isinstance(name, str) or not name.strip():
+            return None
+        args = o.get("arguments", o.get("parameters"))
+        if args is None and set(o) - {"name", "function"}:
+            return None
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                return None
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            return None
+        calls.append(ParsedToolCall(id_factory(), name.strip(), args, text.strip()))
+    return calls
+
+
 class ToolCallParser:
     """Incremental ``<tool_call>`` parser; see the module docstring.
 
@@ -146,11 +223,12 @@ class ToolCallParser:
         self._buf = ""
         self._inside = False
         self._skipping = False  # inside an over-long call: drop until its closing tag
+        self._untagged = ""  # "{" or FENCE while holding a possible untagged call (kept in _buf)
 
     @property
     def in_call(self) -> bool:
         """True while inside ``<tool_call>`` (the agent may show a "calling a tool" state)."""
-        return self._inside
+        return self._inside or bool(self._untagged)
 
     def feed(self, chunk: str) -> list[ParsedItem]:
         if not chunk:
@@ -161,23 +239,30 @@ class ToolCallParser:
             if self._inside:
                 if not self._step_inside(out):
                     break
+            elif self._untagged:
+                if not self._step_untagged(out):
+                    break
             elif not self._step_outside(out):
                 break
         return merge_text(out)
 
     def _step_outside(self, out: list[ParsedItem]) -> bool:
         buf = self._buf
-        positions = [(buf.find(tag), tag) for tag in _TAGS]
+        positions = [(buf.find(tag), tag) for tag in (*_TAGS, FENCE, "{")]
         found = [(i, tag) for i, tag in positions if i >= 0]
         if found:
             i, tag = min(found)
             if i:
                 out.append(SpokenText(buf[:i]))
+            if tag in (FENCE, "{"):  # maybe an untagged call: hold it (from its first character) until it closes
+                self._untagged = tag
+                self._buf = buf[i:]
+                return True
             self._buf = buf[i + len(tag):]
             if tag == OPEN_TAG:
                 self._inside = True
             return True
-        hold = partial_marker_len(buf, _TAGS)
+        hold = partial_marker_len(buf, _HOLD_MARKERS)
         cut = len(buf) - hold
         if cut:
             out.append(SpokenText(buf[:cut]))
@@ -209,9 +294,44 @@ class ToolCallParser:
             self._buf = buf[len(buf) - partial_marker_len(buf, _TAGS):]
         return False
 
+    def _step_untagged(self, out: list[ParsedItem]) -> bool:
+        buf = self._buf
+        if self._untagged == FENCE:
+            close = buf.find(FENCE, len(FENCE))
+            end = close + len(FENCE) if close >= 0 else -1
+        else:
+            end = _json_object_end(buf)
+        if end < 0:
+            if len(buf) > self._max:  # not a call we can use: speak it rather than hold it forever
+                self._untagged = ""
+                out.append(SpokenText(buf))
+                self._buf = ""
+            return False
+        self._untagged = ""
+        block, self._buf = buf[:end], buf[end:]
+        calls = untagged_calls(block, self._id)
+        if calls:
+            out.extend(calls)
+        else:
+            out.append(SpokenText(block))
+        return True
+
     def flush(self) -> list[ParsedItem]:
         out: list[ParsedItem] = []
         buf, self._buf = self._buf, ""
+        if self._untagged:
+            self._untagged = ""
+            calls = untagged_calls(buf, self._id) if buf.strip() else None
+            body = buf.strip()
+            fenced_body = body[len(FENCE):].lstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ").strip() \
+                if body.startswith(FENCE) else body
+            if calls:
+                out.extend(calls)
+            elif _CALL_START.match(fenced_body):
+                out.append(ToolCallParseError(self._id(), "unterminated tool call", body[:2000]))
+            else:
+                out.append(SpokenText(buf))
+            return out
         if self._inside:
             self._inside = False
             if self._skipping:

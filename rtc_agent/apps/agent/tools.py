@@ -391,13 +391,15 @@ class ToolRegistry:
     def remove(self, name: str) -> None:
         self._tools.pop(name, None)
 
-    def declare_browser_tools(self, specs: Any) -> list[Tool]:
+    def declare_browser_tools(self, specs: Any, *, replace_server: bool = False) -> list[Tool]:
         """Replace the browser tools with the ones a page declared in ``session.update`` (``session.tools``).
 
         Each spec is ``{"type": "function", "name", "description", "parameters"}`` (Realtime form) or
         ``{"type": "function", "function": {...}}`` (Chat Completions form); an optional ``timeout_s`` (seconds)
         overrides ``browser_timeout_s``. All or nothing: any invalid spec raises ``InvalidRequest`` (code
-        ``invalid_tools``) and leaves the registry as it was. An empty list removes all browser tools.
+        ``invalid_tools``) and leaves the registry as it was. An empty list removes all browser tools. A name
+        taken by a server tool is refused, unless ``replace_server``: then the browser tool takes its place for
+        this registry (OpenAI Realtime clients know only their own tools).
         """
         if not isinstance(specs, list):
             raise InvalidRequest("session.tools must be a list of function definitions", code="invalid_tools")
@@ -413,7 +415,7 @@ class ToolRegistry:
         names = [t.name for t in tools]
         for name in names:
             existing = self._tools.get(name)
-            if existing is not None and existing.kind == "server":
+            if existing is not None and existing.kind == "server" and not replace_server:
                 raise InvalidRequest(f"session.tools: {name!r} is a server tool and cannot be redeclared",
                                      code="invalid_tools")
         if len(set(names)) != len(names):

@@ -7,6 +7,7 @@ speech boundaries.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -15,12 +16,21 @@ import numpy as np
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
-from rtc_agent.errors import InvalidRequest
-from rtc_agent.protocol import ClientEvent
-from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, VisionPrompt
+from rtc_agent.errors import AgentError, InvalidRequest
+from rtc_agent.protocol import ClientEvent, error_event
+from rtc_agent.protocol.events import (
+    InputAudioBufferClear,
+    InputAudioBufferCleared,
+    InputAudioBufferCommit,
+    SessionUpdate,
+    SessionUpdated,
+    VisionPrompt,
+)
+from rtc_agent.redact import redact_url
 
 LANGUAGE_CODES = frozenset([  # the languages Whisper knows
     "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el",
@@ -34,9 +44,26 @@ LANGUAGE_CODES = frozenset([  # the languages Whisper knows
 
 def check_language(value: Any) -> str:
     if not isinstance(value, str) or (value != "auto" and value not in LANGUAGE_CODES):
-        raise InvalidRequest(f"language must be 'auto' or a Whisper language code such as 'en', got {value!r}",
+        raise InvalidRequest(f"language must be 'auto' or a Whisper language code such as 'en', got {show(value)}",
                              code="invalid_config")
     return value
+
+
+def language_prior(value: Any) -> str | None:
+    """``language_prior``: the language to expect with ``auto`` (a BCP 47 tag such as the browser's ``en-GB``;
+    its primary subtag is used when Whisper knows it, otherwise it is ignored). None or absent: no prior."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 35:
+        raise InvalidRequest(f"language_prior must be a language tag such as 'en-GB', got {show(value)}",
+                             code="invalid_config")
+    primary = value.strip().split("-")[0].split("_")[0].lower()
+    return primary if primary in LANGUAGE_CODES else None
+
+
+FINISH_ON = frozenset({"deleted", "server_shutdown", "max_duration"})  # close reasons that wait for finals
+VAD_WINDOW_MS = 32
+DRAIN_POLL_S = 0.02
 
 
 class CaptionsApp(App):
@@ -45,7 +72,10 @@ class CaptionsApp(App):
     description = "Live captions of your speech, with commentary on what the camera shows."
     uses_video = True
 
-    CONFIG_KEYS = frozenset({"language", "vad_threshold", "vad_min_silence_ms", "vad_min_speech_ms", "vision"})
+    _closing = False  # set by close(): audio arriving after that is ignored
+    _vad_until_ms = 0  # the end of the last window the VAD judged
+    CONFIG_KEYS = frozenset({"language", "language_prior", "vad_threshold", "vad_min_silence_ms",
+                             "vad_min_speech_ms", "vision"})
     VISION_ENGINE = "vlm"
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
@@ -53,7 +83,8 @@ class CaptionsApp(App):
         language = config["language"]
         self.transcriber = StreamingTranscriber(
             self._recognize, ctx.emit, ctx.spawn,
-            TranscriberConfig(language=None if language == "auto" else language),
+            TranscriberConfig(language=None if language == "auto" else language,
+                              language_prior=config["language_prior"]),
         )
         self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["vad_min_speech_ms"],
                                          min_silence_ms=config["vad_min_silence_ms"])
@@ -67,13 +98,14 @@ class CaptionsApp(App):
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
         unknown = set(config) - cls.CONFIG_KEYS
         if unknown:
-            raise InvalidRequest(f"unknown captions config keys: {sorted(unknown)}", code="invalid_config")
+            raise InvalidRequest(f"unknown captions config keys: {show_keys(unknown)}", code="invalid_config")
         out = {
             "language": check_language(config.get("language", settings.asr_language)),
+            "language_prior": language_prior(config.get("language_prior")),
             "vad_threshold": config.get("vad_threshold", settings.vad_threshold),
             "vad_min_silence_ms": config.get("vad_min_silence_ms", settings.vad_min_silence_ms),
             "vad_min_speech_ms": config.get("vad_min_speech_ms", settings.vad_min_speech_ms),
-            "vision": cls._vision_config(config.get("vision", True)),
+            "vision": cls._vision_config(config.get("vision", True), settings),
         }
         if not isinstance(out["vad_threshold"], int | float) or not 0 < out["vad_threshold"] < 1:
             raise InvalidRequest("vad_threshold must be between 0 and 1", code="invalid_config")
@@ -83,19 +115,22 @@ class CaptionsApp(App):
         return out
 
     @staticmethod
-    def _vision_config(value: Any) -> dict[str, Any] | None:
-        """``vision``: true (defaults), false (off) or a dict of commentary options."""
+    def _vision_config(value: Any, settings: Any = None) -> dict[str, Any] | None:
+        """``vision``: true (defaults), false (off) or a dict of commentary options (text capped by the
+        ``settings``' limits: ``config_too_large``)."""
         if value is False:
             return None
         if value is True or isinstance(value, dict):
-            return validate_commentary_config(value if isinstance(value, dict) else None)
+            return validate_commentary_config(value if isinstance(value, dict) else None, settings)
         raise InvalidRequest("vision must be true, false or an object of commentary options", code="invalid_config")
 
     def engines(self) -> dict[str, str]:
+        """``kind: "engine:model"``; a remote engine without a model name shows its URL redacted (no user-info,
+        no query values), since this goes to every client in ``session.created``."""
         s = self.ctx.settings
         engines = {"vad": "silero-vad", "asr": f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"}
         if self.vision is not None:
-            engines["vlm"] = f"{s.vlm_engine}:{s.vlm_model or s.vlm_url or 'scene-describer'}"
+            engines["vlm"] = f"{s.vlm_engine}:{s.vlm_model or redact_url(s.vlm_url) or 'scene-describer'}"
         return engines
 
     async def _recognize(self, request: TranscribeRequest) -> Transcript:
@@ -108,11 +143,14 @@ class CaptionsApp(App):
         self.ctx.spawn(self.vad.run(), "captions-vad")
 
     def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
+        if self._closing:  # the session is ending: what arrived before is finished, nothing new starts
+            return
         audio = pcm.astype(np.float32) / 32768.0
         self.transcriber.push_audio(audio, start_ms)
         self.vad.push(audio, start_ms)
 
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
+        self._vad_until_ms = end_ms
         now = self.ctx.now_ms()
         for event in self.segmenter.feed(prob, start_ms, end_ms):
             self.transcriber.on_speech(event, now)
@@ -130,11 +168,22 @@ class CaptionsApp(App):
             return
         if isinstance(event, SessionUpdate):
             update = event.session.get("config", event.session)
-            if "language" in update:
-                language = check_language(update["language"])
-                self.config["language"] = language
-                self.transcriber.config.language = None if language == "auto" else language
+            if not isinstance(update, dict):
+                raise InvalidRequest("session.update needs an object of settings", code="invalid_config")
+            if "language" in update or "language_prior" in update:
+                language = check_language(update.get("language", self.config["language"]))
+                prior = (language_prior(update["language_prior"]) if "language_prior" in update
+                         else self.config["language_prior"])
+                self.config["language"], self.config["language_prior"] = language, prior
+                self.transcriber.set_language(None if language == "auto" else language, prior)
             self.ctx.emit(SessionUpdated(session={"config": self.config}))
+            return
+        if isinstance(event, InputAudioBufferCommit):  # end the utterance now: its final caption follows
+            self.segmenter.flush(self.ctx.now_ms())
+            self.transcriber.flush(self.ctx.now_ms())
+            return
+        if isinstance(event, InputAudioBufferClear):  # nothing waits uncommitted: captions are continuous
+            self.ctx.emit(InputAudioBufferCleared())
             return
         await super().on_event(event)
 
@@ -147,6 +196,36 @@ class CaptionsApp(App):
                 "in_speech": self.segmenter.in_speech, "vision": self.vision.stats() if self.vision else None}
 
     async def close(self) -> None:
-        self.transcriber.flush(self.ctx.now_ms())
+        """End the captions. When the session ends for ``deleted``, ``server_shutdown`` or ``max_duration`` (the
+        client still listens), speech still queued gets its final caption first: the VAD catches up with the
+        audio received so far, the open utterance ends there and its last decode runs, all within
+        ``final_drain_s``; what cannot be finished is reported as an ``error`` event (``captions_dropped``). For
+        other reasons (heartbeat lost, peer gone) nothing is waited for."""
+        self._closing = True
+        reason = getattr(self.ctx, "close_reason", None)
+        drain_s = float(getattr(self.ctx.settings, "final_drain_s", 0.0) or 0.0)
+        if reason in FINISH_ON and drain_s > 0:
+            await self._finish_finals(drain_s)
+        else:
+            self.transcriber.flush(self.ctx.now_ms())
         if self.vision is not None:
             await self.vision.close()
+
+    def _utterance_open(self) -> bool:
+        return self.transcriber.pending_utterances > 0
+
+    async def _finish_finals(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        end_ms = self.ctx.now_ms()
+        while self._vad_until_ms < end_ms - VAD_WINDOW_MS and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)  # the VAD judges the audio it has not seen yet
+        unjudged_ms = max(0, end_ms - VAD_WINDOW_MS - self._vad_until_ms)
+        self.transcriber.flush(end_ms)  # the transcriber holds every sample up to end_ms
+        while self._utterance_open() and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)  # its last decode
+        open_ms = self.transcriber.buffer_ms if self._utterance_open() else 0
+        if open_ms or unjudged_ms:
+            self.ctx.emit(error_event(AgentError(
+                f"the session ended before the last captions were finished: {open_ms} ms of speech without a "
+                f"final caption, {unjudged_ms} ms of audio not checked for speech",
+                code="captions_dropped", status=503)))

@@ -9,9 +9,67 @@ what gets committed.
 
 from __future__ import annotations
 
-from rtc_agent.words import common_prefix
+import difflib
+import re
 
-__all__ = ["LocalAgreement", "common_prefix", "strip_committed"]
+from rtc_agent.words import common_prefix, normalize
+
+__all__ = ["LocalAgreement", "common_prefix", "drop_loops", "drop_overlap", "drop_repeated_sentences",
+           "strip_committed"]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+#: Two sentences this alike (word sequence ratio) in a row are the decoder repeating itself.
+REPEAT_SIMILARITY = 0.75
+REPEAT_MIN_WORDS = 4
+LOOP_MIN_WORDS = 3
+OVERLAP_MAX_N = 5
+
+
+def drop_overlap(text: str, previous: str, *, min_n: int = 1, max_n: int = OVERLAP_MAX_N) -> str:
+    """``text`` without a leading run of words that repeats the end of ``previous`` (the n-gram guard of
+    WhisperLiveKit's ``HypothesisBuffer``): the longest n from ``max_n`` down to ``min_n`` whose last n words of
+    ``previous`` equal the first n of ``text`` (case and punctuation aside). Never removes all of ``text``."""
+    words, before = text.split(), [normalize(w) for w in previous.split()]
+    for n in range(min(max_n, len(words) - 1, len(before)), min_n - 1, -1):
+        if n > 0 and [normalize(w) for w in words[:n]] == before[-n:]:
+            return " ".join(words[n:])
+    return text
+
+
+def drop_loops(text: str, min_n: int = LOOP_MIN_WORDS) -> str:
+    """``text`` cut where the decoder starts looping: a run of at least ``min_n`` words said again right after
+    itself ("weasels have eaten our phone system weasels have eaten our phone system weasels") keeps its first
+    time only, and what follows the repeat is dropped when it is the start of yet another copy. People do not say
+    a phrase of three words or more twice in a row; Whisper does, in the padding after the speech."""
+    words = text.split()
+    norm = [normalize(w) for w in words]
+    size = len(words)
+    for start in range(size):
+        for n in range(min_n, (size - start) // 2 + 1):
+            if norm[start:start + n] == norm[start + n:start + 2 * n]:
+                rest = norm[start + 2 * n:]
+                tail = start + 2 * n
+                if rest and rest == norm[start:start + len(rest)]:
+                    tail = size  # the loop's unfinished third copy
+                return drop_loops(" ".join(words[:start + n] + words[tail:]), min_n)
+    return text
+
+
+def drop_repeated_sentences(text: str) -> str:
+    """``text`` without a sentence that repeats the one just before it ("A new release in the second week of
+    March. The new release in the 2nd week of March."): at least ``REPEAT_MIN_WORDS`` words, alike by
+    ``REPEAT_SIMILARITY`` or more."""
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if s]
+    kept: list[str] = []
+    for sentence in sentences:
+        if kept:
+            a = [normalize(w) for w in kept[-1].split()]
+            b = [normalize(w) for w in sentence.split()]
+            alike = difflib.SequenceMatcher(a=a, b=b, autojunk=False).ratio()
+            if min(len(a), len(b)) >= REPEAT_MIN_WORDS and alike >= REPEAT_SIMILARITY:
+                continue
+        kept.append(sentence)
+    return " ".join(kept)
 
 
 def strip_committed(words: list[str], committed: list[str]) -> list[str]:

@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from rtc_agent.apps.captions.app import LANGUAGE_CODES
+from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.engines import st
 from rtc_agent.errors import InvalidRequest
 
@@ -37,23 +38,23 @@ def _bad(message: str, code: str = "invalid_config") -> InvalidRequest:
 
 def _source(value: Any) -> str:
     if not isinstance(value, str) or (value != "auto" and value not in LANGUAGE_CODES):
-        raise _bad(f"source_language must be 'auto' or a Whisper language code such as 'es', got {value!r}")
+        raise _bad(f"source_language must be 'auto' or a Whisper language code such as 'es', got {show(value)}")
     return value
 
 
 def _target(value: Any, settings: Any) -> str:
     if not isinstance(value, str) or not _TARGET.match(value):
-        raise _bad(f"target_language must be a language code such as 'en', got {value!r}")
+        raise _bad(f"target_language must be a language code such as 'en', got {show(value)}")
     if value != "en" and settings is not None and st.english_only(settings):
         raise _bad(f"the embedded speech-translation engine (Whisper) translates into English only, not "
-                   f"{value!r}; start the server with --st-engine cascade or --st-engine openai for other targets",
+                   f"{show(value)}; start the server with --st-engine cascade or --st-engine openai for other targets",
                    code="unsupported_language")
     return value
 
 
 def _direction(value: Any) -> tuple[str, str]:
     if not isinstance(value, str) or value.count("-") != 1:
-        raise _bad(f"direction must look like 'es-en' (source-target), got {value!r}")
+        raise _bad(f"direction must look like 'es-en' (source-target), got {show(value)}")
     source, target = value.split("-")
     return source, target
 
@@ -64,7 +65,7 @@ def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] |
         raise _bad("the interpretation config must be an object")
     unknown = set(config) - CONFIG_KEYS
     if unknown:
-        raise _bad(f"unknown interpret config keys: {sorted(unknown)} (known: {sorted(CONFIG_KEYS)})")
+        raise _bad(f"unknown interpret config keys: {show_keys(unknown)} (known: {sorted(CONFIG_KEYS)})")
     defaults = {
         "source_language": "auto",
         "target_language": "en",
@@ -79,18 +80,18 @@ def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] |
         source, target = _direction(given.pop("direction"))
         for key, value in (("source_language", source), ("target_language", target)):
             if key in given and given[key] != value:
-                raise _bad(f"direction says {key}={value!r} but {key}={given[key]!r} was given too")
+                raise _bad(f"direction says {key}={show(value)} but {key}={show(given[key])} was given too")
             given[key] = value
     out.update(given)
     out["source_language"] = _source(out["source_language"])
     out["target_language"] = _target(out["target_language"], settings)
     if out["chunk_ms"] not in (800, 1600) or isinstance(out["chunk_ms"], bool):
-        raise _bad(f"chunk_ms must be 800 or 1600 (the first chunk is always 1600), got {out['chunk_ms']!r}")
+        raise _bad(f"chunk_ms must be 800 or 1600 (the first chunk is always 1600), got {show(out['chunk_ms'])}")
     for key in ("speak", "source_text"):
         if not isinstance(out[key], bool):
-            raise _bad(f"{key} must be true or false, got {out[key]!r}")
+            raise _bad(f"{key} must be true or false, got {show(out[key])}")
     lag = out["max_lag_s"]
     if isinstance(lag, bool) or not isinstance(lag, int | float) or not 0.5 <= lag <= 60:
-        raise _bad(f"max_lag_s must be a number from 0.5 to 60, got {lag!r}")
+        raise _bad(f"max_lag_s must be a number from 0.5 to 60, got {show(lag)}")
     out["max_lag_s"] = float(lag)
     return out

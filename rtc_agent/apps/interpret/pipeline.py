@@ -9,8 +9,9 @@ Two ways to drive it:
   waiting chunk is dropped (reported in order as a ``SKIP`` with ``stop_reason: overloaded``, its speech counted
   untranslated). Audio the VAD pump drops (its backlog limit) reaches the cutter as silence, so the grid stays on
   the clock.
-- whole audio (``POST /v1/translate/stream``, the benchmark): ``translate_audio`` runs VAD and turns in sequence, as
-  fast as the engines go, emitting events as each chunk is processed.
+- whole audio (``POST /v1/translate/stream``, the benchmark): ``translate_audio`` (or ``translate_blocks`` for audio
+  decoded block by block) runs VAD and turns in sequence, as fast as the engines go, emitting events as each chunk
+  is processed.
 
 The VAD state (``vad_stream``) and the chunk grid belong to the pipeline: the policy's context cuts never touch them.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -170,21 +172,40 @@ class InterpretPipeline:
 
     async def translate_audio(self, audio: np.ndarray, *, start_ms: int = 0) -> None:
         """Run the whole ``audio`` (16 kHz float32) through VAD and policy in order, then the end flush."""
+
+        async def once() -> AsyncIterator[np.ndarray]:
+            yield audio
+
+        await self.translate_blocks(once(), start_ms=start_ms)
+
+    async def translate_blocks(self, blocks: AsyncIterable[np.ndarray], *, start_ms: int = 0) -> None:
+        """Like :meth:`translate_audio` for audio arriving in ``blocks`` of any size (16 kHz float32, in order):
+        the result is the same as for their concatenation, and memory holds one block at a time (plus less than
+        one VAD request of carry-over), whatever the total length."""
         self.cutter.start_at(start_ms)
-        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
-        tail = (-len(audio)) % WINDOW_SAMPLES
+        step = VAD_BLOCK_WINDOWS * WINDOW_SAMPLES
+        pending = np.zeros(0, dtype=np.float32)
+        async for block in blocks:
+            block = np.asarray(block, dtype=np.float32).reshape(-1)
+            pending = np.concatenate([pending, block]) if len(pending) else block
+            whole = len(pending) // step * step
+            for i in range(0, whole, step):
+                await self._translate_windows(pending[i:i + step].reshape(-1, WINDOW_SAMPLES))
+            pending = pending[whole:]
+        tail = (-len(pending)) % WINDOW_SAMPLES
         if tail:
-            audio = np.concatenate([audio, np.zeros(tail, dtype=np.float32)])
-        windows = audio.reshape(-1, WINDOW_SAMPLES)
-        for i in range(0, len(windows), VAD_BLOCK_WINDOWS):
-            block = windows[i:i + VAD_BLOCK_WINDOWS]
-            probs = await self._vad(block)
-            for chunk in self.cutter.feed(block, probs):
-                await self.policy.process(chunk)
+            pending = np.concatenate([pending, np.zeros(tail, dtype=np.float32)])
+        if len(pending):
+            await self._translate_windows(pending.reshape(-1, WINDOW_SAMPLES))
         last = self.cutter.finish()
         if last is not None:
             await self.policy.process(last)
         await self.policy.finish()
+
+    async def _translate_windows(self, windows: np.ndarray) -> None:
+        probs = await self._vad(windows)
+        for chunk in self.cutter.feed(windows, probs):
+            await self.policy.process(chunk)
 
     def stats(self) -> dict[str, Any]:
         return {"vad_dropped_ms": self.voice.dropped_ms, "queued_chunks": self.queued_chunks,

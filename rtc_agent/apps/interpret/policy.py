@@ -274,6 +274,8 @@ class SimulPolicy:
             completion_tokens=result.completion_tokens if result is not None else 0,
             stop_reason=(result.stop_reason if result is not None else ("error" if attempted else None)),
             st_attempted=attempted, latency_ms=latency,
+            source_language=(str(result.extra["language"]) if result is not None and result.extra.get("language")
+                             else None),
         ))
 
     def _say(self, text: str, start_ms: int, end_ms: int) -> None:

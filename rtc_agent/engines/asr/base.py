@@ -29,6 +29,8 @@ class TranscribeRequest:
     prompt: str = ""
     prefix: str = ""
     full_window: bool = False
+    beam_size: int | None = None
+    detect_language: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -48,12 +50,14 @@ class Transcript:
 
     ``segments`` split ``text`` where the model placed timestamps. ``no_speech_prob`` and ``avg_logprob`` follow
     Whisper's definitions; ``compression_ratio`` above about 2.4 means repetitive (hallucinated) text.
+    ``language_probs`` is the detector's ranking (most likely first, a few entries) when it ran.
     """
 
     text: str
     segments: list[Segment] = field(default_factory=list)
     language: str | None = None
     language_prob: float | None = None
+    language_probs: list[tuple[str, float]] = field(default_factory=list)
     no_speech_prob: float = 0.0
     avg_logprob: float = 0.0
     compression_ratio: float = 1.0

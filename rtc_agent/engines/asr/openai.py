@@ -8,6 +8,7 @@ streaming policy aligns the whole text itself; the committed text is sent as the
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import time
@@ -17,11 +18,13 @@ import uuid
 import wave
 import zlib
 from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.errors import EngineError
+from rtc_agent.redact import redact_text, redact_url, register_secret, register_url_secrets
 from rtc_agent.worker.engine import run_each
 
 
@@ -57,13 +60,25 @@ class OpenAIASREngine:
     def __init__(self, base_url: str, model: str = "whisper-1", *, api_key: str = "", timeout_s: float = 30.0) -> None:
         if not base_url:
             raise ValueError("the openai ASR engine needs --asr-url (e.g. http://gpu-box:8000/v1)")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = base_url.strip().rstrip("/")
+        self.shown_url = redact_url(self.base_url)
         self.model = model or "whisper-1"
         self.api_key = api_key
         self.timeout_s = timeout_s
+        register_secret(api_key)
+        register_url_secrets(self.base_url)
 
     def load(self, progress: Callable[[str], None]) -> None:
-        progress(f"using the remote ASR server {self.base_url} (model {self.model})")
+        progress(f"using the remote ASR server {self.shown_url} (model {self.model})")
+
+    def endpoint(self, path: str) -> str:
+        """``path`` under the base URL, the query (if any) kept last and the user-info left out of the request."""
+        parts = urlsplit(self.base_url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + path, parts.query, ""))
+
+    def _safe(self, text: str) -> str:
+        return redact_text(text, (self.api_key,))
 
     def run_batch(self, requests: list[TranscribeRequest]) -> list[Transcript | Exception]:
         return run_each(requests, self.transcribe, kind=TranscribeRequest)
@@ -81,15 +96,24 @@ class OpenAIASREngine:
         headers = {"Content-Type": content_type}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        http_request = urllib.request.Request(self.base_url + path, data=body, headers=headers, method="POST")
+        try:
+            http_request = urllib.request.Request(self.endpoint(path), data=body, headers=headers, method="POST")
+        except ValueError as exc:
+            raise EngineError(f"bad ASR server URL {self.shown_url}: {self._safe(str(exc))}",
+                              code="engine_unreachable") from None
         try:
             with urllib.request.urlopen(http_request, timeout=self.timeout_s) as resp:
                 data = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace")
+            detail = self._safe(exc.read()[:300].decode(errors="replace"))
             raise EngineError(f"ASR server answered {exc.code}: {detail}", code="engine_http_error") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise EngineError(f"ASR server {self.base_url} unreachable: {exc}", code="engine_unreachable") from None
+        except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(reason, TimeoutError):  # a server that accepts and never answers
+                raise EngineError(f"ASR server {self.shown_url} did not answer within {self.timeout_s:.3g} s",
+                                  code="engine_timeout", status=504) from None
+            raise EngineError(f"ASR server {self.shown_url} unreachable: {self._safe(str(exc))}",
+                              code="engine_unreachable") from None
         except json.JSONDecodeError:
             raise EngineError("ASR server sent a body that is not JSON", code="engine_bad_response") from None
         return self._transcript(data, request, time.monotonic() - start)

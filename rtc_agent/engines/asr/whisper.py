@@ -38,6 +38,7 @@ FULL_WINDOW_S = 30
 LATE_SEGMENT_S = 0.3
 TOKENS_PER_SECOND_LIMIT = 8  # more tokens than this per second of audio means the decoder is looping
 TIME_PRECISION = 0.02
+LANGUAGE_RANKING = 8  # detected languages reported per request (most likely first)
 
 
 def packaged_base_model(cache_dir: Path, progress: Callable[[str], None]) -> Path:
@@ -81,6 +82,7 @@ class _Prepared:
     tokenizer: Any
     language: str | None = None
     language_prob: float | None = None
+    language_probs: list[tuple[str, float]] | None = None
 
 
 class WhisperEngine:
@@ -168,19 +170,23 @@ class WhisperEngine:
             p.prompt = self._prompt(p)
         out: list[tuple[int, Transcript]] = []
         # CTranslate2 wants <|startoftranscript|> at the same position in every prompt of a batch.
-        groups: dict[int, list[int]] = {}
+        # Requests with another beam size are generated apart too.
+        groups: dict[tuple[int, int], list[int]] = {}
         for i, p in enumerate(prepared):
-            groups.setdefault(p.prompt.index(p.tokenizer.sot), []).append(i)
-        for members in groups.values():
+            groups.setdefault((p.prompt.index(p.tokenizer.sot), self._beam(p.request)), []).append(i)
+        for (_, beam), members in groups.items():
             sub = encoded if len(members) == len(prepared) else self._encode([prepared[i].features for i in members])
             max_tokens = max(self._max_tokens(prepared[i]) for i in members)
             results = self.model.model.generate(
-                sub, [prepared[i].prompt for i in members], beam_size=self.beam_size, return_scores=True,
+                sub, [prepared[i].prompt for i in members], beam_size=beam, return_scores=True,
                 return_no_speech_prob=True, max_length=max_tokens, suppress_blank=True, suppress_tokens=[-1],
             )
             for i, result in zip(members, results, strict=True):
                 out.append((indices[i], self._transcript(prepared[i], result, frames, start)))
         return out
+
+    def _beam(self, request: TranscribeRequest) -> int:
+        return max(1, request.beam_size or self.beam_size)
 
     def _prepare(self, request: TranscribeRequest, frames: int) -> _Prepared:
         tokenizer = self._tokenizer(request.task, request.language)
@@ -192,14 +198,16 @@ class WhisperEngine:
             for p in prepared:
                 p.language, p.language_prob = "en", 1.0
             return
-        if all(p.language for p in prepared):
+        if all(p.language and not p.request.detect_language for p in prepared):
             return
         detected = self.model.model.detect_language(encoded)
         for p, ranking in zip(prepared, detected, strict=True):
+            p.language_probs = [(token[2:-2], float(prob)) for token, prob in ranking[:LANGUAGE_RANKING]]
             if p.language is None:
-                token, prob = ranking[0]
-                p.language, p.language_prob = token[2:-2], float(prob)
+                p.language, p.language_prob = p.language_probs[0]
                 p.tokenizer = self._tokenizer(p.request.task, p.language)
+            else:
+                p.language_prob = dict(p.language_probs).get(p.language, 0.0)
 
     def _prompt(self, p: _Prepared) -> list[int]:
         tok = p.tokenizer
@@ -214,8 +222,9 @@ class WhisperEngine:
         return prompt
 
     def _max_tokens(self, p: _Prepared) -> int:
-        budget = len(p.prefix_tokens) + 16 + int(TOKENS_PER_SECOND_LIMIT * p.request.duration_s)
-        return min(448 - len(p.prompt), budget)
+        """CTranslate2's ``max_length`` for Whisper counts the prompt (previous text, start sequence, forced
+        prefix) too: the budget for new tokens comes on top of it."""
+        return min(448, len(p.prompt) + 16 + int(TOKENS_PER_SECOND_LIMIT * p.request.duration_s))
 
     def _transcript(self, p: _Prepared, result: Any, frames: int, start: float) -> Transcript:
         tok = p.tokenizer
@@ -231,10 +240,11 @@ class WhisperEngine:
         avg_logprob = result.scores[0] * length / (length + 1) if result.scores else 0.0
         data = text.encode()
         ratio = len(data) / len(zlib.compress(data)) if data else 1.0
-        if len(tokens) >= self._max_tokens(p) - len(p.prefix_tokens) - 1:
+        if len(tokens) >= self._max_tokens(p) - len(p.prompt) - 1:
             ratio = max(ratio, 10.0)  # ran into the token limit: treat as looping
         return Transcript(
             text=text, segments=segments, language=p.language, language_prob=p.language_prob,
+            language_probs=list(p.language_probs or []),
             no_speech_prob=float(result.no_speech_prob), avg_logprob=float(avg_logprob),
             compression_ratio=float(ratio), prefix_applied=True, audio_s=p.request.duration_s,
             window_s=frames / 100, decode_s=time.monotonic() - start,

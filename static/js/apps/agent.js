@@ -62,7 +62,42 @@ export const BROWSER_TOOLS = {
   }),
 };
 
-export function mount({ client, meters, $ }) {
+/** The conversation shown on the page as a record: bubbles in order, and the tool calls with their results. */
+export function conversationRecord(conversation, toolCards) {
+  const items = [...(conversation?.querySelectorAll(".bubble") || [])].map((b) => ({
+    role: b.classList.contains("user") ? "user" : "assistant",
+    text: b.querySelector(".bubble-text")?.textContent || "",
+    ...(b.dataset.status ? { status: b.dataset.status } : {}),
+    ...(b.classList.contains("truncated") ? { interrupted: true } : {}),
+  }));
+  const parse = (text) => {
+    try {
+      return JSON.parse(text);
+    } catch {
+      return text;
+    }
+  };
+  const tools = [...(toolCards?.querySelectorAll(".tool-card") || [])].reverse().map((c) => ({
+    call_id: c.dataset.callId || null,
+    name: c.querySelector(".tool-name")?.textContent || "",
+    where: c.querySelector(".tool-where")?.textContent || "",
+    status: c.dataset.status || "",
+    arguments: parse(c.querySelector(".tool-args")?.textContent || "{}"),
+    output: c.querySelector(".tool-result") ? parse(c.querySelector(".tool-result").textContent) : null,
+  }));
+  return { items, tool_calls: tools };
+}
+
+/** The record as plain text: one line per turn, tool calls indented. */
+export function conversationText(record) {
+  const lines = record.items.map((i) => `${i.role === "user" ? "You" : "Agent"}: ${i.text}`);
+  for (const t of record.tool_calls) {
+    lines.push(`  [tool ${t.name}] ${JSON.stringify(t.arguments)} -> ${JSON.stringify(t.output)}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+export function mount({ client, meters, $, setMuted, download, copyText, announce }) {
   const conversation = $("conversation");
   const stateEl = $("agent-state");
   const toolCards = $("tool-cards");
@@ -165,6 +200,7 @@ export function mount({ client, meters, $ }) {
       b.dataset.status = r.status || "completed";
       if (r.status && r.status !== "completed") b.append(el("div", "bubble-note", r.status));
       if (!b.querySelector(".bubble-text").textContent.trim() && r.status === "completed") b.remove();
+      else announce?.(b.querySelector(".bubble-text").textContent); // the finished reply, once
     }
     responses.delete(r.id);
     responses.delete("_latest");
@@ -269,11 +305,47 @@ export function mount({ client, meters, $ }) {
     if (stateEl?.dataset.state === "thinking") setState("speaking");
   });
 
+  // ------------------------------------------------------------ keep, clear, export
+  const record = () => conversationRecord(conversation, toolCards);
+  const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  $("agent-download-json")?.addEventListener("click", () => download?.(`conversation-${stamp()}.json`,
+    `${JSON.stringify(record(), null, 2)}\n`, "application/json"));
+  $("agent-download-text")?.addEventListener("click", () => download?.(`conversation-${stamp()}.txt`,
+    conversationText(record())));
+  $("agent-copy")?.addEventListener("click", (e) => copyText?.(conversationText(record()), e.currentTarget));
+  $("agent-clear")?.addEventListener("click", () => {
+    conversation?.replaceChildren();
+    toolCards?.replaceChildren();
+  });
+
+  // ------------------------------------------------------------ push to talk (hold Space)
+  const ptt = $("push-to-talk");
+  let talking = false;
+  const typing = (target) => target && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName)
+    && target.type !== "checkbox");
+  ptt?.addEventListener("change", () => {
+    document.body.dataset.pushToTalk = String(ptt.checked);
+    if (client.connected) setMuted?.(ptt.checked);
+  });
+  document.addEventListener("keydown", (e) => {
+    if (!ptt?.checked || e.code !== "Space" || e.repeat || typing(e.target) || !client.connected) return;
+    e.preventDefault();
+    talking = true;
+    document.body.dataset.talking = "true";
+    setMuted?.(false);
+  });
+  document.addEventListener("keyup", (e) => {
+    if (!ptt?.checked || e.code !== "Space" || !talking) return;
+    e.preventDefault();
+    talking = false;
+    document.body.dataset.talking = "false";
+    setMuted?.(true); // the server ends the turn at once (input_audio.muted)
+  });
+
   client.addEventListener("statechange", (ev) => {
     const { state } = ev.detail;
     if (state === "connecting") {
-      conversation?.replaceChildren();
-      toolCards?.replaceChildren();
+      // the conversation stays until the user clears it; a new session starts a new response map
       responses.clear();
       pendingUser = null;
       awaitingReply = null;
@@ -282,10 +354,23 @@ export function mount({ client, meters, $ }) {
       setState("idle");
     } else if (state === "connected") {
       setState("listening");
+      if (ptt?.checked) setMuted?.(true);
     } else if (state === "failed" || (state === "disconnected" && !client.pc)) {
       setState("idle");
     }
   });
 
-  return {};
+  return {
+    // the session ended: nothing stays "thinking", "streaming" or pending
+    reset() {
+      setState("idle");
+      pendingUser?.remove();
+      pendingUser = null;
+      awaitingReply = null;
+      for (const b of conversation?.querySelectorAll(".bubble.streaming") || []) b.classList.remove("streaming");
+      for (const c of toolCards?.querySelectorAll('.tool-card[data-status="running"]') || []) setCardStatus(c, "ended");
+      talking = false;
+    },
+    record,
+  };
 }

@@ -19,7 +19,7 @@ const MAX_ITEMS = 300;
 
 const trim = (list) => trimChildren(list, MAX_ITEMS);
 
-export function mount({ client, $ }) {
+export function mount({ client, $, announce, download, copyText, toVtt, toSrt }) {
   const finalEl = $("caption-final");
   const committedEl = $("caption-committed");
   const tentativeEl = $("caption-tentative");
@@ -66,7 +66,20 @@ export function mount({ client, $ }) {
   let clockOffset = Infinity;
   client.on("*", (ev) => {
     if (typeof ev.session_ms === "number") clockOffset = Math.min(clockOffset, performance.now() - ev.session_ms);
+  });
+  // The language readout shows what the captions are in: finals carry the language of their utterance (with
+  // auto the session settles on one and keeps it); a partial never changes it.
+  client.on("caption.final", (ev) => {
     if (ev.language && languageEl) languageEl.textContent = ev.language;
+  });
+  const languageChoice = $("caption-language-choice");
+  const browserLanguage = () => (navigator.languages && navigator.languages[0]) || navigator.language || null;
+  const chosenLanguage = () => (languageChoice && languageChoice.value) || "auto";
+  languageChoice?.addEventListener("change", () => {
+    if (languageEl) languageEl.textContent = chosenLanguage() === "auto" ? "—" : chosenLanguage();
+    if (client.connected) {
+      client.send({ type: "session.update", session: { language: chosenLanguage(), language_prior: browserLanguage() } });
+    }
   });
   const latencies = [];
   const showLatency = (ev) => {
@@ -97,7 +110,10 @@ export function mount({ client, $ }) {
     row.querySelector(".segment-time").textContent = formatClock(ev.audio_start_ms);
     row.querySelector(".segment-time").title = `${formatClock(ev.audio_start_ms)}–${formatClock(ev.audio_end_ms)}`;
     row.querySelector(".segment-text").textContent = text;
+    row.dataset.startMs = String(ev.audio_start_ms ?? 0);
+    row.dataset.endMs = String(ev.audio_end_ms ?? 0);
     if (!text) row.remove();
+    else announce?.(text); // the page's one live region hears finals only
     scrollToEnd(transcript);
   });
 
@@ -173,16 +189,28 @@ export function mount({ client, $ }) {
       if (client.send({ type: "vision.prompt", text })) input.value = "";
     });
   }
-  $("transcript-copy")?.addEventListener("click", () => {
+  $("transcript-copy")?.addEventListener("click", (e) => {
     const lines = [...transcript.querySelectorAll("li.final")].map(
       (li) => `[${li.querySelector(".segment-time").textContent}] ${li.querySelector(".segment-text").textContent}`,
     );
-    navigator.clipboard?.writeText(lines.join("\n")).catch(() => {});
+    if (copyText) copyText(lines.join("\n"), e.currentTarget);
+    else navigator.clipboard?.writeText(lines.join("\n")).catch(() => {});
   });
+  // Downloads of the final captions (kept until Clear): WebVTT, SRT, plain text
+  const cues = () => [...(transcript?.querySelectorAll("li.final") || [])].map((li) => ({
+    start_ms: Number(li.dataset.startMs || 0), end_ms: Number(li.dataset.endMs || 0),
+    text: li.querySelector(".segment-text").textContent,
+  }));
+  const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  $("transcript-vtt")?.addEventListener("click", () => download?.(`captions-${stamp()}.vtt`, toVtt(cues()), "text/vtt"));
+  $("transcript-srt")?.addEventListener("click", () => download?.(`captions-${stamp()}.srt`, toSrt(cues()), "application/x-subrip"));
+  $("transcript-text")?.addEventListener("click", () => download?.(`captions-${stamp()}.txt`,
+    `${cues().map((c) => c.text).join("\n")}\n`));
+  $("transcript-clear")?.addEventListener("click", () => transcript?.replaceChildren());
 
   client.addEventListener("statechange", (ev) => {
     if (ev.detail.state === "connecting") {
-      transcript?.replaceChildren();
+      // the transcript stays until the user clears it (Clear)
       commentary?.replaceChildren();
       setOverlayPartial("", "");
       finalEl.textContent = "";
@@ -191,5 +219,18 @@ export function mount({ client, $ }) {
       setVision("idle", false);
     }
   });
-  return {};
+  return {
+    // the session ended: no partial stays on the video, no badge stays on; an unfinished row is greyed out
+    reset() {
+      setOverlayPartial("", "");
+      setSpeech(false);
+      setVision("idle", false);
+      for (const row of transcript?.querySelectorAll("li.partial") || []) row.classList.add("stale");
+      for (const item of commentary?.querySelectorAll("li.active") || []) item.classList.remove("active");
+    },
+    // auto (the default) with the browser's language as the prior, or the language picked
+    configure(config) {
+      return { ...config, language: chosenLanguage(), language_prior: browserLanguage() };
+    },
+  };
 }

@@ -7,7 +7,21 @@ import { el, stickToEnd, trimChildren } from "../dom.js";
 const MAX_CELLS = 400;
 const MAX_SPANS = 600;
 
-export function mount({ client, $ }) {
+/** Keep only the <option>s of `select` whose value is in `allowed` (and "auto"); returns the removed values. */
+export function limitOptions(select, allowed) {
+  if (!select || !Array.isArray(allowed) || !allowed.length) return [];
+  const removed = [];
+  for (const option of [...select.options]) {
+    if (option.value !== "auto" && !allowed.includes(option.value)) {
+      removed.push(option.value);
+      option.remove();
+    }
+  }
+  if (![...select.options].some((o) => o.selected)) select.selectedIndex = 0;
+  return removed;
+}
+
+export function mount({ client, config, $, download, copyText, toVtt, announce }) {
   const sourceSel = $("source-language");
   const targetSel = $("target-language");
   const speak = $("speak-translation");
@@ -17,6 +31,82 @@ export function mount({ client, $ }) {
   const lagEl = $("lag");
   const stats = $("timeline-stats");
   const remoteAudio = $("remote-audio");
+
+  // Offer only what this server can do (client_config.capabilities); the "Server setup" note says the rest.
+  const caps = (config && config.capabilities) || {};
+  limitOptions(targetSel, caps.st?.targets);
+  limitOptions(sourceSel, caps.st?.sources || caps.asr?.languages);
+  const embeddedSt = caps.engines?.st?.kind === "embedded";
+  const detectedEl = $("detected-language");
+
+  // Kept for the downloads: [{start_ms, end_ms, text}] per pane.
+  let sourceCues = [];
+  let targetCues = [];
+  let lastEmitEnd = null;
+  let line = null; // the current translation line (a new one after a pause or a flush)
+  const PAUSE_MS = 1200;
+  const fmt = (ms) => {
+    const t = Math.max(0, Math.round((ms || 0) / 1000));
+    return `${Math.floor(t / 60)}:${String(t % 60).padStart(2, "0")}`;
+  };
+  const setLangs = () => {
+    if (targetText && targetSel?.value) targetText.lang = targetSel.value;
+    if (sourceText) {
+      if (sourceSel?.value && sourceSel.value !== "auto") sourceText.lang = sourceSel.value;
+      else sourceText.removeAttribute("lang");
+    }
+  };
+  setLangs();
+  const newLine = (startMs) => {
+    if (!targetText) return null;
+    const row = el("div", "tline");
+    const time = el("time", "tline-time", fmt(startMs));
+    time.dataset.ms = String(Math.round(startMs || 0));
+    row.append(time, " ");
+    targetText.append(row);
+    trimChildren(targetText, MAX_SPANS);
+    return row;
+  };
+  const appendTarget = (text, startMs, endMs, cls, title) => {
+    if (!targetText) return;
+    if (!line || !line.isConnected || (lastEmitEnd !== null && startMs - lastEmitEnd > PAUSE_MS)) line = newLine(startMs);
+    stickToEnd(targetText, () => {
+      const span = el("span", cls, `${text} `);
+      span.title = title;
+      line.append(span);
+    });
+    lastEmitEnd = endMs;
+    targetCues.push({ start_ms: startMs, end_ms: endMs, text });
+    announce?.(text);
+  };
+  const showDetected = (ev) => {
+    const lang = ev.language || ev.source_language || ev.detected_language;
+    if (!lang) return;
+    if (detectedEl) {
+      detectedEl.textContent = `detected: ${lang}`;
+      detectedEl.dataset.language = lang;
+      detectedEl.hidden = false;
+    }
+    if (sourceText && (!sourceSel || sourceSel.value === "auto")) sourceText.lang = lang;
+  };
+
+  // Downloads and copy (kept until the user clears them)
+  const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  const asText = (cues) => `${cues.map((c) => c.text).join(" ").replace(/\s+/g, " ").trim()}\n`;
+  const vtt = (cues) => (toVtt ? toVtt(cues) : "");
+  $("interpret-download-target-text")?.addEventListener("click", () => download?.(`translation-${stamp()}.txt`, asText(targetCues)));
+  $("interpret-download-target-vtt")?.addEventListener("click", () => download?.(`translation-${stamp()}.vtt`, vtt(targetCues), "text/vtt"));
+  $("interpret-download-source-text")?.addEventListener("click", () => download?.(`source-${stamp()}.txt`, asText(sourceCues)));
+  $("interpret-download-source-vtt")?.addEventListener("click", () => download?.(`source-${stamp()}.vtt`, vtt(sourceCues), "text/vtt"));
+  $("interpret-copy")?.addEventListener("click", (e) => copyText?.(asText(targetCues), e.currentTarget));
+  $("interpret-clear")?.addEventListener("click", () => {
+    sourceText?.replaceChildren();
+    targetText?.replaceChildren();
+    sourceCues = [];
+    targetCues = [];
+    line = null;
+    lastEmitEnd = null;
+  });
 
   const counts = { EMIT: 0, WAIT: 0, SKIP: 0, flush: 0, reset: 0 };
   let lags = [];
@@ -30,6 +120,7 @@ export function mount({ client, $ }) {
   };
 
   const onLanguageChange = () => {
+    setLangs();
     if (client.connected) client.send({ type: "session.update", session: languages() });
   };
   sourceSel?.addEventListener("change", onLanguageChange);
@@ -90,7 +181,9 @@ export function mount({ client, $ }) {
       ev.stop_reason ? `stop: ${ev.stop_reason}` : "",
     ].filter(Boolean).join(" · ");
     addCell(action || "wait", details, dur > 0 ? dur : 800);
+    showDetected(ev);
 
+    if (ev.source_text) sourceCues.push({ start_ms: ev.audio_start_ms ?? 0, end_ms: ev.audio_end_ms ?? 0, text: ev.source_text });
     if (ev.source_text && sourceText) {
       stickToEnd(sourceText, () => {
         const span = el("span", action === "WAIT" ? "src pending" : "src", `${ev.source_text} `);
@@ -99,14 +192,9 @@ export function mount({ client, $ }) {
         trimChildren(sourceText, MAX_SPANS);
       });
     }
-    if (action === "EMIT" && ev.text && targetText) {
+    if (action === "EMIT" && ev.text) {
       commitPending();
-      stickToEnd(targetText, () => {
-        const span = el("span", "tgt", `${ev.text} `);
-        span.title = details;
-        targetText.append(span);
-        trimChildren(targetText, MAX_SPANS);
-      });
+      appendTarget(ev.text, ev.audio_start_ms ?? 0, ev.audio_end_ms ?? 0, "tgt", details);
     }
     let lag = null;
     if (action === "EMIT" && typeof ev.session_ms === "number" && typeof ev.audio_end_ms === "number") {
@@ -127,14 +215,12 @@ export function mount({ client, $ }) {
   client.on("translation.flush", (ev) => {
     counts.flush += 1;
     addCell("flush", `flush (${ev.trigger || "?"})${ev.text ? `: “${ev.text}”` : ""}`, 200);
-    if (ev.text && targetText) {
+    if (ev.text) {
       commitPending();
-      stickToEnd(targetText, () => {
-        const span = el("span", "tgt flush", `${ev.text} `);
-        span.title = `flush: ${ev.trigger || ""}`;
-        targetText.append(span);
-      });
+      const end = typeof ev.session_ms === "number" ? ev.session_ms : (lastEmitEnd ?? 0);
+      appendTarget(ev.text, lastEmitEnd ?? end, end, "tgt flush", `flush: ${ev.trigger || ""}`);
     }
+    line = null; // a flush ends the line: what follows starts a new one
     renderStats();
   });
 
@@ -160,8 +246,9 @@ export function mount({ client, $ }) {
       for (const k of Object.keys(counts)) counts[k] = 0;
       lags = [];
       latencies = [];
-      sourceText?.replaceChildren();
-      targetText?.replaceChildren();
+      // the texts stay until the user clears them; a new session starts on a new line
+      line = null;
+      lastEmitEnd = null;
       timeline?.replaceChildren();
       renderLag(null, null);
       renderStats();
@@ -169,8 +256,14 @@ export function mount({ client, $ }) {
   });
 
   return {
-    configure(config) {
-      return { ...config, ...languages() };
+    configure(sessionConfig) {
+      // the embedded engine recognizes the source too when asked (the same Whisper model, a second decode)
+      return { ...sessionConfig, ...languages(), ...(embeddedSt ? { source_text: true } : {}) };
     },
+    reset() {
+      commitPending();
+      line = null;
+    },
+    cues: () => ({ source: sourceCues, target: targetCues }),
   };
 }

@@ -1,0 +1,205 @@
+"""The ``call`` app: one participant of a call room.
+
+Config ``{room, name, language, listen_language, captions, interpret}``: ``language`` is what I speak (a Whisper
+code or ``auto``), ``listen_language`` what I want to read and hear (default: ``language``; ``auto`` means
+English), ``captions`` whether I get everyone's captions, ``interpret`` whether I hear the interpretation of
+speakers of other languages on this session's audio track.
+
+Media between participants goes browser to browser; this session carries my microphone up (captions of my speech
+for everyone, interpretation for listeners of other languages) and interpretation speech down. My speech is
+transcribed once by the captions pipeline (:class:`~rtc_agent.apps.captions.CaptionsApp`, vision off) whose
+events the room fans out with ``speaker``. Client events: ``room.signal`` (relayed to another participant),
+``session.update`` (``language``, ``listen_language``, ``captions``, ``interpret``, ``mic_muted``,
+``camera_muted``, ``name``), ``input_audio_buffer.commit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from rtc_agent.apps.base import App, AppContext
+from rtc_agent.apps.captions import CaptionsApp
+from rtc_agent.apps.captions.app import check_language
+from rtc_agent.apps.limits import show, show_keys
+from rtc_agent.errors import InvalidRequest
+from rtc_agent.protocol import ClientEvent, ServerEvent
+from rtc_agent.protocol.events import (
+    CaptionFinal,
+    CaptionPartial,
+    InputAudioBufferCommit,
+    RoomSignalClient,
+    SessionUpdate,
+    SessionUpdated,
+)
+from rtc_agent.rooms.room import Participant, Room, check_room_name, registry_for
+
+CONFIG_KEYS = frozenset({"room", "name", "language", "listen_language", "captions", "interpret"})
+LIVE_KEYS = frozenset({"name", "language", "listen_language", "captions", "interpret", "mic_muted", "camera_muted"})
+MAX_NAME = 40
+
+
+def _name(value: Any) -> str:
+    if value is None:
+        return "Guest"
+    if not isinstance(value, str):
+        raise InvalidRequest(f"name must be a string, got {show(value)}", code="invalid_config")
+    clean = " ".join("".join(ch for ch in value if ch.isprintable()).split())[:MAX_NAME]
+    return clean or "Guest"
+
+
+def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{key} must be true or false, got {show(value)}", code="invalid_config")
+    return value
+
+
+def _listen(value: Any) -> str:
+    language = check_language(value)
+    return "en" if language == "auto" else language
+
+
+class _SpeakerContext:
+    """The captions pipeline's view of the session: its events go to the room (with ``speaker``)."""
+
+    def __init__(self, app: CallApp) -> None:
+        self._app = app
+        ctx = app.ctx
+        self.session_id = ctx.session_id
+        self.speech = None
+        self.worker = ctx.worker
+        self.settings = ctx.settings
+
+    @property
+    def close_reason(self) -> str | None:
+        return getattr(self._app.ctx, "close_reason", None)
+
+    def now_ms(self) -> int:
+        return self._app.ctx.now_ms()
+
+    def emit(self, event: ServerEvent) -> None:
+        if isinstance(event, CaptionPartial | CaptionFinal) and self._app.room is not None:
+            self._app.room.on_caption(self._app.participant, event)
+        elif not isinstance(event, SessionUpdated):
+            self._app.ctx.emit(event)
+
+    def observe(self, stage: str, seconds: float) -> None:
+        self._app.ctx.observe(stage, seconds)
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task:
+        return self._app.ctx.spawn(coro, name)
+
+
+class CallApp(App):
+    name = "call"
+    title = "Call"
+    description = "A video call for up to six people with live captions and interpretation of everyone."
+    uses_video = False  # video goes browser to browser
+
+    def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
+        super().__init__(ctx, config)
+        self.participant = Participant(id=ctx.session_id, name=config["name"], language=config["language"],
+                                       listen_language=config["listen_language"], ctx=ctx,
+                                       captions=config["captions"], interpret=config["interpret"])
+        self.room: Room | None = None
+        captions_config = CaptionsApp.validate_config({"language": config["language"], "vision": False},
+                                                      ctx.settings)
+        self.captions = CaptionsApp(_SpeakerContext(self), captions_config)
+
+    @classmethod
+    def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
+        unknown = set(config) - CONFIG_KEYS
+        if unknown:
+            raise InvalidRequest(f"unknown call config keys: {show_keys(unknown)}", code="invalid_config")
+        if "room" not in config:
+            raise InvalidRequest("a call needs a 'room' name", code="invalid_config")
+        language = check_language(config.get("language", "auto"))
+        out = {
+            "room": check_room_name(config["room"]),
+            "name": _name(config.get("name")),
+            "language": language,
+            "listen_language": _listen(config.get("listen_language", language)),
+            "captions": _flag(config, "captions", True),
+            "interpret": _flag(config, "interpret", True),
+        }
+        registry_for(settings).check_room(out["room"])  # 409 room_full before any media work
+        return out
+
+    def engines(self) -> dict[str, str]:
+        return self.captions.engines()
+
+    async def start(self) -> None:
+        self.room = registry_for(self.ctx.settings).join(self.config["room"], self.participant)
+        await self.captions.start()
+
+    def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
+        if self.room is None:
+            return
+        self.captions.on_audio(pcm, start_ms)
+        if any(sid == self.participant.id for sid, _ in self.room.pairs):
+            self.room.push_audio(self.participant.id, pcm.astype(np.float32) / 32768.0, start_ms)
+
+    async def on_event(self, event: ClientEvent) -> None:
+        if isinstance(event, RoomSignalClient):
+            if self.room is None:
+                raise InvalidRequest("not in a room yet", code="not_joined")
+            self.room.relay_signal(self.participant, event.to, event.kind, event.payload)
+            return
+        if isinstance(event, SessionUpdate):
+            self._update(event.session.get("config", event.session))
+            return
+        if isinstance(event, InputAudioBufferCommit):
+            await self.captions.on_event(event)
+            return
+        await super().on_event(event)
+
+    def _update(self, update: Any) -> None:
+        if not isinstance(update, dict):
+            raise InvalidRequest("session.update needs an object of settings", code="invalid_config")
+        update = {k: v for k, v in update.items() if k not in ("type", "app")}
+        if "room" in update and update["room"] != self.config["room"]:
+            raise InvalidRequest("the room cannot change during a session; join the other room with a new session",
+                                 code="invalid_config")
+        update.pop("room", None)
+        unknown = set(update) - LIVE_KEYS
+        if unknown:
+            raise InvalidRequest(f"unknown call settings: {show_keys(unknown)}", code="invalid_config")
+        p = self.participant
+        if "language" in update:
+            language = check_language(update["language"])
+            if language != p.language:
+                self.captions.transcriber.set_language(None if language == "auto" else language, None)
+            p.language = self.config["language"] = language
+        if "listen_language" in update:
+            p.listen_language = self.config["listen_language"] = _listen(update["listen_language"])
+        if "name" in update:
+            p.name = self.config["name"] = _name(update["name"])
+        for key in ("captions", "interpret"):
+            if key in update:
+                setattr(p, key, _flag(update, key, True))
+                self.config[key] = getattr(p, key)
+        for key in ("mic_muted", "camera_muted"):
+            if key in update:
+                setattr(p, key, _flag(update, key, False))
+        if "language" in update and self.room is not None:  # a new source language: new pipelines
+            for key in [k for k in self.room.pairs if k[0] == p.id]:
+                self.room.pairs.pop(key).close()
+        self.ctx.emit(SessionUpdated(session={"config": self.config}))
+        if self.room is not None:
+            self.room.update(p)
+
+    def stats(self) -> dict[str, Any]:
+        out = {"captions": self.captions.stats()}
+        if self.room is not None:
+            out["room"] = self.room.stats()
+        return out
+
+    async def close(self) -> None:
+        try:
+            await self.captions.close()
+        finally:
+            if self.room is not None:
+                self.room.leave(self.participant.id, getattr(self.ctx, "close_reason", None))

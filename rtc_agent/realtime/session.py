@@ -1,0 +1,271 @@
+"""``RealtimeSocketSession``: one ``/v1/realtime`` WebSocket, served by the agent or the captions app.
+
+It is the app's :class:`~rtc_agent.apps.base.AppContext`, as :class:`~rtc_agent.server.session.Session` is for a
+WebRTC peer: audio in comes from ``input_audio_buffer.append`` (decoded from the session's input format and
+resampled to 16 kHz mono; the session clock counts that audio), audio out goes to a
+:class:`~rtc_agent.realtime.speech.SocketSpeech`, and events both ways go through a
+:class:`~rtc_agent.realtime.adapter.RealtimeAdapter`.
+
+Ordering: audio chunks and native client events pass through one queue, so a ``commit`` covers exactly the audio
+appended before it. Reading waits when the queue is full (TCP backpressure), never drops. Outgoing events are
+written by one task; a client that does not read past ``MAX_BACKLOG_BYTES`` is disconnected.
+
+Lifecycle: the session ends when the socket closes, at ``max_session_seconds``, on ``DELETE``-like server ends
+(``close(reason)``) and when one of its critical tasks crashes. :meth:`close` never raises, finishes in bounded
+time, closes the socket and calls ``on_closed`` (the registry frees the slot). Registered in the session
+registry like a WebRTC session, so ``GET /v1/sessions`` lists it and shutdown closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from rtc_agent.errors import AgentError
+from rtc_agent.protocol import ClientEvent, ServerEvent
+from rtc_agent.protocol.events import SessionCreated
+from rtc_agent.realtime.adapter import RealtimeAdapter
+from rtc_agent.realtime.audio import MODEL_RATE, InputDecoder
+from rtc_agent.realtime.events import RealtimeError
+from rtc_agent.realtime.session_config import SessionConfig
+from rtc_agent.realtime.speech import SocketSpeech
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 256  # audio chunks and client events waiting for the app
+MAX_BACKLOG_BYTES = 32 * 1024 * 1024  # events written but not yet taken by the client
+APP_CLOSE_TIMEOUT_S = 5.0
+DRAIN_TIMEOUT_S = 1.0
+CRITICAL_TASKS = frozenset({"events", "writer"})
+
+
+class RealtimeSocketSession:
+    """See the module docstring. Create, register, then ``await run()`` from the WebSocket handler."""
+
+    def __init__(self, ws: web.WebSocketResponse, app_cls: type, app_config: dict[str, Any], config: SessionConfig,
+                 *, settings: Any, worker: Any, metrics: Any, on_closed: Callable[[Any], None], session_id: str,
+                 client: str = "") -> None:
+        self.id = session_id
+        self.ws = ws
+        self.app_name = app_cls.name
+        self.config = app_config
+        self.settings = settings
+        self.worker = worker
+        self.metrics = metrics
+        self.client = client
+        self.token_hash = ""  # GET/DELETE /v1/sessions/{id} need an API key
+        self.created_at = time.time()
+        self._started = time.monotonic()
+        self.connected_at: float | None = self._started
+        self.state = "connected"
+        self.close_reason: str | None = None
+        self._on_closed = on_closed
+        self.speech = SocketSpeech(config.output_format) if config.kind == "realtime" else None
+        self.adapter = RealtimeAdapter(config, session_id=session_id, settings=settings, transport="websocket",
+                                       take_audio=self.speech.take if self.speech is not None else None)
+        self._decoder = InputDecoder(config.input_format)
+        self._samples = 0  # 16 kHz samples received: the session clock
+        self._tasks: set[asyncio.Task] = set()
+        self._inbox: asyncio.Queue[tuple[np.ndarray | ClientEvent, str | None]] = asyncio.Queue(QUEUE_LIMIT)
+        self._outbox: asyncio.Queue[str] = asyncio.Queue()
+        self._backlog = 0
+        self._closed = asyncio.Event()
+        self._closing_task: asyncio.Task | None = None
+        self.received = self.sent = self.errors = 0
+        self.app = app_cls(self, app_config)
+
+    @property
+    def started_at(self) -> float:
+        return self._started
+
+    # --- AppContext ---
+
+    @property
+    def session_id(self) -> str:
+        return self.id
+
+    def now_ms(self) -> int:
+        return self._samples * 1000 // MODEL_RATE
+
+    def emit(self, event: ServerEvent) -> None:
+        for data in self.adapter.server(event):
+            self._send(data)
+
+    def observe(self, stage: str, seconds: float) -> None:
+        self.metrics.stage_latency.labels(stage=stage).observe(max(0.0, seconds))
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("session %s task %s failed", self.id, task.get_name(), exc_info=exc)
+        self._send_error(exc if isinstance(exc, AgentError) else AgentError(f"internal error: {exc}"))
+        if task.get_name().split(":", 1)[-1] in CRITICAL_TASKS:
+            self.close_soon("internal_error")
+
+    # --- sending ---
+
+    def _send(self, data: dict[str, Any]) -> None:
+        if self.state == "closed" or self.ws.closed:
+            return
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        self._backlog += len(text)
+        if self._backlog > MAX_BACKLOG_BYTES:
+            log.warning("session %s: the client does not read its events; closing", self.id)
+            self.close_soon("slow_client")
+            return
+        self._outbox.put_nowait(text)
+
+    def _send_error(self, exc: Exception, event_id: str | None = None) -> None:
+        self.errors += 1
+        code = getattr(exc, "code", "internal_error")
+        self.metrics.errors.labels(code=code).inc()
+        self._send(self.adapter.error(exc, event_id))
+
+    async def _writer(self) -> None:
+        while True:
+            text = await self._outbox.get()
+            self._backlog -= len(text)
+            await self.ws.send_str(text)
+            self.sent += 1
+
+    # --- receiving ---
+
+    async def run(self) -> None:
+        """Serve the socket until it closes; the session is closed when this returns."""
+        try:
+            await self.app.start()
+            self.spawn(self._writer(), "writer")
+            self.spawn(self._process(), "events")
+            self.spawn(self._watchdog(), "watchdog")
+            self.emit(SessionCreated(session={}))
+            async for message in self.ws:
+                if message.type == WSMsgType.TEXT:
+                    await self._receive(message.data)
+                elif message.type == WSMsgType.BINARY:
+                    self._send_error(RealtimeError("binary messages are not events; send JSON text",
+                                                   code="invalid_event"))
+                elif message.type == WSMsgType.ERROR:
+                    break
+        finally:
+            await self.close(self.close_reason or "peer_closed")
+
+    async def _receive(self, raw: str) -> None:
+        self.received += 1
+        try:
+            action = self.adapter.client(raw)
+            for reply in action.replies:
+                self._send(reply)
+            if self.speech is not None:
+                self.speech.format = self.adapter.config.output_format
+            if action.audio is not None:
+                if self._decoder.kind != self.adapter.config.input_format:
+                    self._decoder = InputDecoder(self.adapter.config.input_format)
+                try:
+                    pcm = self._decoder.decode(action.audio)
+                except ValueError as exc:
+                    raise RealtimeError(f"Invalid 'audio': {exc}", param="audio", event_id=action.event_id) from None
+                await self._inbox.put((pcm, None))
+            for event in action.native:
+                await self._inbox.put((event, event.event_id))
+        except RealtimeError as exc:
+            self._send_error(exc, exc.event_id)
+
+    async def _process(self) -> None:
+        while True:
+            item, event_id = await self._inbox.get()
+            if isinstance(item, np.ndarray):
+                if item.size:
+                    start = self.now_ms()
+                    self._samples += item.size
+                    self.app.on_audio(item, start)
+                continue
+            try:
+                await self.app.on_event(item)
+            except AgentError as exc:
+                self._send_error(exc, event_id)
+            except Exception as exc:
+                log.exception("session %s: handling %s failed", self.id, item.type)
+                self._send_error(AgentError(f"internal error handling {item.type}: {type(exc).__name__}"), event_id)
+
+    async def _watchdog(self) -> None:
+        limit = self.settings.max_session_seconds
+        while True:
+            await asyncio.sleep(1.0)
+            if limit and time.monotonic() - self._started > limit:
+                self.close_soon("max_duration")
+
+    # --- lifecycle ---
+
+    def close_soon(self, reason: str) -> None:
+        if self._closing_task is None and self.state not in ("closing", "closed"):
+            self.close_reason = reason
+            self._closing_task = asyncio.get_running_loop().create_task(self.close(reason), name=f"{self.id}:close")
+
+    async def close(self, reason: str = "deleted") -> None:
+        """End the session (idempotent, never raises): the app finishes, queued events leave, tasks end, the
+        socket closes (1000, or 1001 at shutdown), ``on_closed`` runs."""
+        if self.state in ("closing", "closed"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), APP_CLOSE_TIMEOUT_S + 5)
+            return
+        self.state = "closing"
+        self.close_reason = reason
+        log.info("session %s (%s over WebSocket) closing: %s", self.id, self.app_name, reason)
+        current = asyncio.current_task()
+        try:
+            try:
+                await asyncio.wait_for(self.app.close(), APP_CLOSE_TIMEOUT_S)
+            except Exception:
+                log.exception("session %s: app close failed", self.id)
+            if self.speech is not None:
+                self.speech.clear()
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            while not self._outbox.empty() and not self.ws.closed and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            tasks = [t for t in self._tasks if t is not current]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=3.0)
+            code = WSCloseCode.GOING_AWAY if reason == "server_shutdown" else WSCloseCode.OK
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
+        except Exception:
+            log.exception("session %s: closing failed", self.id)
+        finally:
+            self.state = "closed"
+            self._closed.set()
+            try:
+                self._on_closed(self)
+            except Exception:
+                log.exception("session %s: on_closed failed", self.id)
+
+    @property
+    def task_count(self) -> int:
+        return sum(1 for t in self._tasks if not t.done())
+
+    def describe(self) -> dict[str, Any]:
+        """State and live numbers for ``GET /v1/sessions/{id}``."""
+        return {"session_id": self.id, "app": self.app_name, "transport": "websocket", "state": self.state,
+                "close_reason": self.close_reason, "created_at": self.created_at,
+                "age_s": round(time.monotonic() - self._started, 3), "session_ms": self.now_ms(),
+                "config": self.config, "engines": self.app.engines(),
+                "events": {"sent": self.sent, "received": self.received, "errors": self.errors},
+                "output": {"written_ms": self.speech.written_ms if self.speech is not None else 0},
+                "tasks": self.task_count, "app_stats": self.app.stats()}

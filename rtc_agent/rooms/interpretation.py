@@ -1,0 +1,167 @@
+"""One interpretation pipeline per (speaker, target language), shared by every listener of that language.
+
+:class:`PairInterpreter` runs the interpret app's pipeline (:func:`rtc_agent.apps.interpret.build_pipeline`:
+Silero VAD, chunk grid, SimulInfer policy) on one speaker's audio. Its ``translation.*`` events go, with
+``speaker``, to the listeners whose ``listen_language`` is the target; every emitted text also becomes a
+``caption.translation`` for the speaker's current caption segment, and is spoken once
+(:class:`~rtc_agent.apps.interpret.TranslationSpeaker`) onto :class:`FanoutSink`, which plays the same audio on the
+speech track of each listener who asked to hear the interpretation. The tasks run on the speaker's session (they
+end with it); :meth:`PairInterpreter.close` cancels them when the pair is no longer needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rtc_agent.apps.base import SpeechSink, UtteranceHandle
+from rtc_agent.apps.interpret import TranslationSpeaker, build_pipeline, resolve_config
+from rtc_agent.protocol import ServerEvent
+from rtc_agent.protocol.events import CaptionTranslation, TranslationChunk, TranslationFlush
+
+if TYPE_CHECKING:
+    from rtc_agent.rooms.room import Participant, Room
+
+_ids = itertools.count(1)
+
+
+class _Handle:
+    """One utterance played on several sinks: done when all are done; ``sent_ms`` of the furthest."""
+
+    def __init__(self, handles: list[UtteranceHandle]) -> None:
+        self.handles = handles
+        self.id = handles[0].id if handles else f"fan_{next(_ids)}"
+        loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[int] = loop.create_future()
+        if not handles:
+            self.done.set_result(0)
+        else:
+            gathered = asyncio.gather(*[h.done for h in handles], return_exceptions=True)
+            gathered.add_done_callback(self._finish)
+
+    def _finish(self, fut: asyncio.Future) -> None:
+        if not self.done.done():
+            self.done.set_result(self.sent_ms)
+
+    @property
+    def sent_ms(self) -> int:
+        return max((h.sent_ms for h in self.handles), default=0)
+
+    def write(self, pcm: np.ndarray) -> None:
+        for h in self.handles:
+            h.write(pcm)
+
+    def finish(self) -> None:
+        for h in self.handles:
+            h.finish()
+
+
+class FanoutSink:
+    """A :class:`SpeechSink` that plays on every listener's sink at once (listeners come and go)."""
+
+    def __init__(self) -> None:
+        self.sinks: dict[str, SpeechSink] = {}
+
+    def start_utterance(self, sample_rate: int, *, utterance_id: str | None = None,
+                        response_id: str | None = None) -> _Handle:
+        return _Handle([s.start_utterance(sample_rate, utterance_id=utterance_id, response_id=response_id)
+                        for s in list(self.sinks.values())])
+
+    def play(self, pcm: np.ndarray, sample_rate: int, *, utterance_id: str | None = None,
+             response_id: str | None = None) -> _Handle:
+        return _Handle([s.play(pcm, sample_rate, utterance_id=utterance_id, response_id=response_id)
+                        for s in list(self.sinks.values())])
+
+    def clear(self) -> list[Any]:
+        out: list[Any] = []
+        for s in list(self.sinks.values()):
+            out += s.clear()
+        return out
+
+    def pause(self) -> None:
+        for s in list(self.sinks.values()):
+            s.pause()
+
+    def resume(self) -> None:
+        for s in list(self.sinks.values()):
+            s.resume()
+
+    @property
+    def busy(self) -> bool:
+        return any(s.busy for s in self.sinks.values())
+
+
+class PairInterpreter:
+    """Interpretation of ``speaker`` into ``target`` for the room's listeners of that language."""
+
+    def __init__(self, room: Room, speaker: Participant, target: str) -> None:
+        self.room = room
+        self.speaker = speaker
+        self.target = target
+        ctx = speaker.ctx
+        self.config = resolve_config({"source_language": speaker.language, "target_language": target, "speak": True},
+                                     ctx.settings)
+        self.pipeline = build_pipeline(ctx.settings, ctx.worker, self.config, self._emit, on_text=self._on_text)
+        self.sink = FanoutSink()
+        self.voice: TranslationSpeaker | None = None
+        if getattr(ctx.settings, "tts_engine", None) is not None:
+            from rtc_agent.engines.tts import SpeechSynthesizer
+
+            self.voice = TranslationSpeaker(self.sink, SpeechSynthesizer(ctx.worker, "tts"), self._emit, ctx.now_ms,
+                                            max_lag_ms=int(self.config["max_lag_s"] * 1000))
+        self.tasks: list[asyncio.Task] = []
+        self.texts = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.speaker.id, self.target)
+
+    def start(self) -> None:
+        spawn: Callable[..., asyncio.Task] = self.speaker.ctx.spawn
+        self.tasks = [spawn(self.pipeline.run_vad(), f"room-vad-{self.target}"),
+                      spawn(self.pipeline.run_policy(), f"room-interpret-{self.target}")]
+        if self.voice is not None:
+            self.tasks.append(spawn(self.voice.run(), f"room-speech-{self.target}"))
+
+    def push_audio(self, audio: np.ndarray, start_ms: int) -> None:
+        self.pipeline.push_audio(audio, start_ms)
+
+    def set_listeners(self, listeners: list[Participant]) -> None:
+        """The listeners who hear this pair spoken (their sinks)."""
+        wanted = {p.id: p.ctx.speech for p in listeners if p.interpret and p.ctx.speech is not None}
+        for pid in list(self.sink.sinks):
+            if pid not in wanted:
+                del self.sink.sinks[pid]
+        self.sink.sinks.update(wanted)
+
+    def _emit(self, event: ServerEvent) -> None:
+        if isinstance(event, TranslationChunk | TranslationFlush):
+            event = event.model_copy(update={"speaker": self.speaker.tag})
+        self.room.send_to_language(self.target, event, exclude=self.speaker.id)
+
+    def _on_text(self, text: str, start_ms: int, end_ms: int) -> None:
+        self.texts += 1
+        segment_id = self.room.segment_at(self.speaker.id, end_ms)
+        self.room.on_translation(self.speaker, CaptionTranslation(
+            segment_id=segment_id, speaker=self.speaker.tag, language=self.target, text=text,
+            audio_start_ms=start_ms, audio_end_ms=end_ms))
+        if self.voice is not None and self.sink.sinks:
+            self.voice.say(text, end_ms)
+
+    def stats(self) -> dict[str, Any]:
+        out = {"target": self.target, "texts": self.texts, "listeners": sorted(self.sink.sinks),
+               **self.pipeline.stats()}
+        if self.voice is not None:
+            out["speech"] = self.voice.stats()
+        return out
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        self.tasks = []
+        if self.voice is not None:
+            self.voice.enabled = False

@@ -1,0 +1,89 @@
+"""How a session ends: the words of ``session.ended``, and teardown steps that always finish in bounded time.
+
+aiortc's ``RTCPeerConnection.close()`` can raise part-way (a transceiver left without a transport) and then
+never completes on a second call; a task may ignore cancellation. Each helper here has a deadline, logs what
+went wrong and never raises (except ``CancelledError`` of the caller itself), so ``Session.close`` always ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from aiortc import RTCPeerConnection
+
+from rtc_agent.protocol.events import SessionEnded
+from rtc_agent.rtc.event_channel import EventChannel
+
+log = logging.getLogger(__name__)
+
+ENDED_MESSAGES = {
+    "heartbeat_lost": "No message arrived from the client for too long (heartbeat lost); the session was closed.",
+    "max_duration": "The session reached its maximum duration.",
+    "server_shutdown": "The server is shutting down.",
+    "connect_timeout": "The connection was not established in time.",
+    "deleted": "The session was ended on request.",
+    "internal_error": "The session ended because of an internal server error.",
+    "peer_closed": "The peer closed the connection.",
+    "ice_failed": "The network connection failed (ICE).",
+    "setup_failed": "The session could not be set up.",
+}
+
+#: Reasons whose ``session.ended`` the client may still read (the others mean the channel is gone or going).
+ANNOUNCED = frozenset({"heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
+                       "internal_error"})
+
+
+def ended_message(reason: str) -> str:
+    """The human message of ``session.ended`` for ``reason``."""
+    return ENDED_MESSAGES.get(reason, f"The session ended ({reason}).")
+
+
+async def announce_end(channel: EventChannel, reason: str, drain_s: float, *, name: str = "") -> None:
+    """Send ``session.ended`` while the channel is open, then wait up to ``drain_s`` seconds for it to leave."""
+    if not channel.is_open:
+        if reason in ANNOUNCED:
+            log.debug("session %s: no open channel to announce %s", name, reason)
+        return
+    try:
+        channel.send(SessionEnded(reason=reason, message=ended_message(reason)))
+        channel.seal()
+        await channel.drain(drain_s)
+    except Exception:
+        log.exception("session %s: sending session.ended failed", name)
+
+
+async def close_peer_connection(pc: RTCPeerConnection, timeout: float, *, name: str = "") -> bool:
+    """Close ``pc`` within ``timeout`` seconds. When ``close()`` raises or hangs, stop whatever transports the
+    connection still holds, each within a second. Returns whether the regular close worked."""
+    try:
+        await asyncio.wait_for(pc.close(), timeout)
+        return True
+    except Exception as exc:  # TimeoutError included
+        log.warning("session %s: closing the peer connection failed (%s); stopping its transports",
+                    name, repr(exc)[:200])
+    transports: list[Any] = []
+    for attr in ("_RTCPeerConnection__dtlsTransports", "_RTCPeerConnection__iceTransports"):
+        transports.extend(getattr(pc, attr, ()) or ())
+    sctp = getattr(pc, "_RTCPeerConnection__sctp", None)
+    if sctp is not None:
+        transports.insert(0, sctp)
+    for transport in transports:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(transport.stop(), 1.0)
+    with contextlib.suppress(Exception):
+        pc.remove_all_listeners()
+    return False
+
+
+async def wait_tasks(tasks: Iterable[asyncio.Task], timeout: float, *, name: str = "") -> None:
+    """Wait up to ``timeout`` seconds for (already cancelled) tasks to finish; log the ones that did not."""
+    tasks = [t for t in tasks if not t.done()]
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        log.warning("session %s: task %s did not stop within %.1f s", name, task.get_name(), timeout)

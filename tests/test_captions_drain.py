@@ -1,0 +1,107 @@
+"""The captions app ends a session's speech with a final caption (bounded wait) or says what it dropped (issue 11):
+a scripted worker stands in for the VAD and a busy ASR engine."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rtc_agent.apps.captions.app import CaptionsApp
+from rtc_agent.config import Settings
+from rtc_agent.engines.asr.base import Segment, Transcript
+
+
+class ScriptedWorker:
+    """VAD says "speech" for every window; ASR answers after ``asr_delay`` seconds (a busy engine)."""
+
+    def __init__(self, asr_delay: float) -> None:
+        self.asr_delay = asr_delay
+
+    async def call(self, engine: str, request: Any) -> Any:
+        if engine == "vad":
+            await asyncio.sleep(0.002)
+            return np.full(len(request.windows), 0.9, dtype=np.float32)
+        await asyncio.sleep(self.asr_delay)
+        audio_s = len(request.audio) / 16000
+        return Transcript(text="hello there", segments=[Segment(0.0, audio_s, "hello there")], language="en",
+                          language_prob=1.0, prefix_applied=True, audio_s=audio_s)
+
+
+class CaptionsContext:
+    """The slice of a session the captions app uses, with a clock driven by the audio pushed."""
+
+    session_id = "sess_test"
+    speech = None
+
+    def __init__(self, worker: ScriptedWorker, **settings: Any) -> None:
+        self.worker = worker
+        self.settings = dataclasses.replace(Settings(), **settings)
+        self.events: list[Any] = []
+        self.tasks: list[asyncio.Task] = []
+        self.ms = 0
+        self.close_reason: str | None = None
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def emit(self, event: Any) -> None:
+        self.events.append(event)
+
+    def observe(self, stage: str, seconds: float) -> None:
+        pass
+
+    def spawn(self, coro: Any, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.tasks.append(task)
+        return task
+
+    def types(self) -> list[str]:
+        return [e.type if e.type != "error" else f"error:{e.error.code}" for e in self.events]
+
+
+async def captions_closed_with(reason: str, asr_delay: float, **settings: Any) -> tuple[CaptionsContext, float]:
+    """Speak 1.5 s into a captions app, end it with ``reason``; the context and how long close() took."""
+    ctx = CaptionsContext(ScriptedWorker(asr_delay), **settings)
+    app = CaptionsApp(ctx, CaptionsApp.validate_config({"vision": False, "language": "en"}, ctx.settings))
+    await app.start()
+    tone = (np.sin(np.arange(320) / 3) * 8000).astype(np.int16)
+    for _ in range(75):  # 1.5 s in 20 ms chunks
+        app.on_audio(tone, ctx.ms)
+        ctx.ms += 20
+        await asyncio.sleep(0)
+    ctx.close_reason = reason
+    started = time.monotonic()
+    await app.close()
+    took = time.monotonic() - started
+    for task in ctx.tasks:
+        task.cancel()
+    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    return ctx, took
+
+
+@pytest.mark.parametrize("reason", ["deleted", "server_shutdown", "max_duration"])
+async def test_captions_finish_the_open_utterance_before_the_session_ends(reason):
+    ctx, took = await captions_closed_with(reason, asr_delay=0.3, final_drain_s=3.0)
+    finals = [e for e in ctx.events if e.type == "caption.final"]
+    assert len(finals) == 1 and finals[0].text == "hello there", ctx.types()
+    assert finals[0].audio_end_ms == 1500
+    assert "error:captions_dropped" not in ctx.types()
+    assert took < 3.0
+
+
+async def test_captions_say_what_was_dropped_when_the_final_cannot_finish():
+    ctx, took = await captions_closed_with("deleted", asr_delay=10.0, final_drain_s=0.5)
+    assert "caption.final" not in ctx.types()
+    dropped = [e for e in ctx.events if e.type == "error" and e.error.code == "captions_dropped"]
+    assert len(dropped) == 1 and "ms of speech without a final caption" in dropped[0].error.message
+    assert 0.4 < took < 1.5
+
+
+async def test_captions_do_not_wait_when_the_client_is_gone():
+    ctx, took = await captions_closed_with("heartbeat_lost", asr_delay=10.0, final_drain_s=3.0)
+    assert took < 0.2 and "error:captions_dropped" not in ctx.types()

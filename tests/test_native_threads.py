@@ -1,0 +1,76 @@
+"""Native threads are given back when media ends, not at garbage collection.
+
+PyAV's ``AudioResampler`` runs a libavfilter graph whose worker threads (one per core) live as long as the
+resampler does. A session kept after it closes (the registry keeps recent sessions for ``GET`` and exports)
+used to keep its resamplers too: the soak benchmark saw the server go from 29 to 222 threads. The audio reader
+and finished or cleared utterances now drop theirs at once. asyncio's default executor is started at full size
+with the server, so it does not creep up during a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rtc_agent.rtc import AudioInput, SessionClock, SpeechOutput
+from rtc_agent.worker.default_executor import default_executor_size, prestart_default_executor
+from tests.test_rtc_edges import ScriptedTrack, stereo_48k_frame
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts threads in /proc")
+
+
+def native_threads() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+@pytest.fixture(autouse=True)
+def no_gc():
+    """Keep the cyclic collector out of it: what is freed must be freed by the code, deterministically."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+async def test_ended_audio_reader_holds_no_resampler_threads():
+    before = native_threads()
+    readers = [AudioInput(ScriptedTrack("audio", [stereo_48k_frame(i * 960) for i in range(3)]), SessionClock(),
+                          lambda pcm, start: None) for _ in range(4)]
+    for reader in readers:
+        await reader.run()
+    assert native_threads() <= before  # the readers are still referenced, as an ended session's are
+    assert all(r.frames == 3 for r in readers)
+    assert readers[0].convert(stereo_48k_frame(0)).size == 0  # a frame after the end converts to nothing
+
+
+async def test_finished_and_cleared_utterances_hold_no_resampler_threads():
+    out = SpeechOutput()
+    before = native_threads()
+    played = out.play(np.zeros(2205, dtype=np.int16), 22050)  # resampled to 48 kHz, then finished
+    streaming = out.start_utterance(22050)
+    streaming.write(np.zeros(2205, dtype=np.int16))
+    out.clear()  # cut while still being written
+    assert played.finished and streaming.cleared
+    assert native_threads() <= before
+    out.stop()
+
+
+async def test_prestarted_default_executor_does_not_creep():
+    """Sequential ``run_in_executor(None, ...)`` calls (aiortc encodes each outgoing audio frame so) add threads
+    to a lazily started pool now and then; after the start-up prestart they add none."""
+    loop = asyncio.get_running_loop()
+    size = await prestart_default_executor()
+    assert size == default_executor_size()
+    before = threading.active_count()
+    for _ in range(3000):
+        await loop.run_in_executor(None, sum, range(100))
+    assert threading.active_count() == before
