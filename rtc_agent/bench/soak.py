@@ -6,14 +6,15 @@ speech through a real aiortc peer, and ends it in the next of three ways:
 
 - ``delete``: the client sends ``DELETE /v1/sessions/{id}`` and closes its peer connection;
 - ``vanish``: the client closes its peer connection without a word (the server sees the peer close);
-- ``silent``: the client stops its heartbeat but keeps the peer connection up; the server must close the session
-  by itself after ``heartbeat_timeout_s``.
+- ``silent``: the client sends no heartbeat (audio still flows, the peer connection stays up); the server must close
+  the session by itself after ``heartbeat_timeout_s``.
 
 Each cycle waits until the server has dropped the session. At checkpoints (after ``--warmup`` cycles, then every
-``--every`` cycles, and at the end) the server is left idle for ``--settle-s`` and its resident memory, threads
-(by name, from ``/proc/<pid>/task/*/comm``), open file descriptors and ``/health`` sessions are read. The result
-compares the warmed-up checkpoint with the last one against the targets: RSS growth under 5 %, threads and fds
-back to the warmed-up values, no session left.
+``--every`` cycles, and at the end) the server is left idle for ``--settle-s`` and its resident memory (anonymous
+and file-backed), native threads (``/proc/<pid>/task``; the Python ones by name when ``py-spy`` is installed),
+open file descriptors (by kind) and ``/health`` sessions are read. The result compares the warmed-up checkpoint
+with the last one against the targets: RSS growth under 5 %, threads and fds back to the warmed-up values, no
+session left. Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def fd_kinds(pid: int) -> dict[str, int]:
 
 # --- one cycle ---
 
-async def wait_gone(http: aiohttp.ClientSession, base_url: str, peer: ClientPeer, timeout: float) -> str | None:
+async def wait_gone(peer: ClientPeer, timeout: float) -> str | None:
     """Wait until the server has dropped the peer's session; its close reason (when seen) or None."""
     deadline = time.monotonic() + timeout
     reason = None
@@ -138,12 +139,12 @@ async def cycle(index: int, http: aiohttp.ClientSession, base_url: str, pcm48: n
         if mode == "delete":
             result["delete_status"] = await peer.delete()
             await peer.close(delete=False)
-            result["reason"] = await wait_gone(http, base_url, peer, 30)
+            result["reason"] = await wait_gone(peer, 30)
         elif mode == "vanish":
             await peer.close(delete=False)
-            result["reason"] = await wait_gone(http, base_url, peer, 30 + heartbeat_timeout_s)
+            result["reason"] = await wait_gone(peer, 30 + heartbeat_timeout_s)
         else:
-            result["reason"] = await wait_gone(http, base_url, peer, 30 + heartbeat_timeout_s)
+            result["reason"] = await wait_gone(peer, 30 + heartbeat_timeout_s)
             await peer.close(delete=False)
         result["ended_event"] = ended_reason(peer)
     except Exception as exc:  # recorded, the soak goes on: a failure is a finding too
@@ -313,4 +314,5 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--cycles, --concurrency and --every must be at least 1")
     result = asyncio.run(run(args.cycles, args.concurrency, args.stream_s, args.heartbeat_timeout_s, args.warmup,
                              args.every, args.settle_s, args.audio, tuple(args.apps)))
+    result["command"] = " ".join(["rtc-agent", *sys.argv[1:]])
     return write_json(result, args.out)
