@@ -213,6 +213,7 @@ class Responder:
         splitter = ClauseSplitter(first_min_soft_chars=12, first_max_words=6, first_eager_end=True)
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=CLAUSE_QUEUE)
         speaker = asyncio.get_running_loop().create_task(self._speak_clauses(clauses, item))
+        speaker.add_done_callback(_note_speaker_end)  # a session closed mid-answer ends its speech output
         calls: list[ParsedToolCall | ToolCallParseError] = []
         try:
             async with self.llm.stream(request) as stream:
@@ -330,3 +331,10 @@ class Responder:
         finally:
             if not task.done():
                 task.cancel()
+
+
+def _note_speaker_end(task: asyncio.Task) -> None:
+    """Retrieve the speaker task's outcome, so an output that ended under it (the session closed while it was
+    speaking) is logged once instead of as an unretrieved task exception."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("agent speech stopped: %r", task.exception())
