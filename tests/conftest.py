@@ -39,9 +39,10 @@ def rms(pcm: np.ndarray) -> float:
 
 
 class RunningServer:
-    def __init__(self, app: web.Application, url: str) -> None:
+    def __init__(self, app: web.Application, url: str, runner: web.AppRunner | None = None) -> None:
         self.app = app
         self.url = url
+        self.runner = runner  # runner.cleanup() stops the server (as SIGTERM does)
 
     @property
     def registry(self) -> Any:
@@ -91,24 +92,30 @@ def shared_worker(settings: Settings) -> Worker:
     return worker
 
 
+async def run_server(settings: Settings, worker: Worker) -> RunningServer:
+    """A real server for ``settings`` (on their loopback port) with ``worker``, started; the caller stops it with
+    ``server.runner.cleanup()``."""
+    app = create_app(settings, worker=worker)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", settings.port).start()
+    return RunningServer(app, f"http://127.0.0.1:{settings.port}", runner)
+
+
 @pytest.fixture
 async def start_server() -> AsyncIterator[Callable[..., Any]]:
     """Start a real server: ``await start_server(max_sessions=1)``; stopped after the test. Engines are real and
-    shared between tests (loaded on first use)."""
+    shared between tests (loaded on first use); ``make_worker(settings)`` replaces them."""
     runners: list[web.AppRunner] = []
 
-    async def start(**overrides: Any) -> RunningServer:
-        port = free_port()
+    async def start(*, make_worker: Callable[[Settings], Worker] = shared_worker, **overrides: Any) -> RunningServer:
         # Admission by event-loop lag is off by default here: the tests' peers share the server's loop (and the
         # engines load in it), so its lag says little about the server; tests of admission turn it on.
         defaults = {"preload": [], "admission_max_loop_lag_ms": 0.0}
-        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, **{**defaults, **overrides})
-        app = create_app(settings, worker=shared_worker(settings))
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
-        return RunningServer(app, f"http://127.0.0.1:{port}")
+        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=free_port(), **{**defaults, **overrides})
+        server = await run_server(settings, make_worker(settings))
+        runners.append(server.runner)
+        return server
 
     yield start
     for runner in runners:

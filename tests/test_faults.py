@@ -27,7 +27,6 @@ from rtc_agent.engines.asr.openai import OpenAIASREngine
 from rtc_agent.engines.tts.openai import OpenAITTSEngine
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
-from rtc_agent.server import create_app
 from rtc_agent.worker import Worker
 from tests.conftest import _SHARED, RunningServer, SharedEngine, free_port
 from tests.openai_stub import OpenAIStub, text_reply
@@ -97,23 +96,12 @@ class Started:
 
 
 @pytest.fixture
-async def start() -> AsyncIterator[Callable[..., Any]]:
-    runners: list[web.AppRunner] = []
-
+def start(start_server: Callable[..., Any]) -> Callable[..., Any]:
     async def make(engine_timeout_s: float = TIMEOUT_S, **overrides: Any) -> Started:
-        port = free_port()
-        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, preload=[],
-                                       admission_max_loop_lag_ms=0.0, **overrides)
-        app = create_app(settings, worker=fault_worker(settings, engine_timeout_s))
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
-        return Started(RunningServer(app, f"http://127.0.0.1:{port}"), runner)
+        server = await start_server(make_worker=lambda s: fault_worker(s, engine_timeout_s), **overrides)
+        return Started(server, server.runner)
 
-    yield make
-    for runner in runners:
-        await runner.cleanup()
+    return make
 
 
 @pytest.fixture

@@ -16,14 +16,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from rtc_agent.config import Settings
 from rtc_agent.rtc.client import ClientPeer
-from rtc_agent.server import create_app
 from rtc_agent.server import session as session_module
-from tests.conftest import RunningServer, free_port, shared_worker
+from tests.conftest import RunningServer, free_port, run_server, shared_worker
 
 
 async def wait_until(predicate, timeout: float = 10.0, period: float = 0.05):
@@ -229,13 +227,9 @@ async def test_shutdown_tells_every_session_and_ends_in_bounded_time(monkeypatch
     """SIGTERM's path (runner.cleanup): sessions hear server_shutdown; a session whose close hangs does not hold
     the process past shutdown_timeout_s."""
     monkeypatch.setattr(session_module, "APP_CLOSE_TIMEOUT_S", 60.0)
-    port = free_port()
-    settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, preload=[], shutdown_timeout_s=1.5)
-    app = create_app(settings, worker=shared_worker(settings))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    server = RunningServer(app, f"http://127.0.0.1:{port}")
+    settings = dataclasses.replace(Settings(), host="127.0.0.1", port=free_port(), preload=[], shutdown_timeout_s=1.5)
+    server = await run_server(settings, shared_worker(settings))
+    runner = server.runner
     polite, stuck = ClientPeer(server.url, "echo"), ClientPeer(server.url, "echo")
     await polite.connect()
     await stuck.connect()

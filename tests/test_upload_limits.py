@@ -8,7 +8,6 @@ here has a silent fake VAD (every chunk is a SKIP, no model call), so hours of a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import json
 import os
@@ -25,7 +24,6 @@ from rtc_agent.config import Settings
 from rtc_agent.engines.tts.base import encode_wav
 from rtc_agent.engines.vad import VadRequest
 from rtc_agent.errors import PayloadTooLarge
-from rtc_agent.server import create_app
 from rtc_agent.server.audio_upload import SAMPLE_RATE, SPOOL_MEMORY_BYTES, AudioDecoder, UploadLimits, read_upload
 from rtc_agent.server.translate_stream import STREAMS
 from rtc_agent.worker import EngineSpec, Worker
@@ -44,26 +42,20 @@ class SilentVad:
         return [np.zeros(len(r.windows), dtype=np.float32) for r in requests]
 
 
+def silent_vad_worker(_settings: Settings) -> Worker:
+    worker = Worker()
+    worker.add(EngineSpec(name="vad", factory=SilentVad, max_queue=64))
+    return worker
+
+
 @pytest.fixture
-async def start() -> AsyncIterator[Callable[..., Any]]:
+def start(start_server: Callable[..., Any]) -> Callable[..., Any]:
     """``await start(**settings)``: a server whose worker has only the silent VAD."""
-    runners: list[web.AppRunner] = []
 
     async def run(**overrides: Any) -> RunningServer:
-        port = free_port()
-        settings = dataclasses.replace(Settings(), host="127.0.0.1", port=port, preload=[], **overrides)
-        worker = Worker()
-        worker.add(EngineSpec(name="vad", factory=SilentVad, max_queue=64))
-        app = create_app(settings, worker=worker)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
-        return RunningServer(app, f"http://127.0.0.1:{port}")
+        return await start_server(make_worker=silent_vad_worker, **overrides)
 
-    yield run
-    for runner in runners:
-        await runner.cleanup()
+    return run
 
 
 def encode(codec: str, seconds: float, *, rate: int, bitrate: int, fmt: str,

@@ -37,12 +37,14 @@ from rtc_agent.realtime.audio import MODEL_RATE, InputDecoder
 from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from rtc_agent.realtime.speech import SocketSpeech
+from rtc_agent.server.session_end import wait_tasks
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 256  # audio chunks and client events waiting for the app
 MAX_BACKLOG_BYTES = 32 * 1024 * 1024  # events written but not yet taken by the client
 APP_CLOSE_TIMEOUT_S = 5.0
+TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
 DRAIN_TIMEOUT_S = 1.0
 CRITICAL_TASKS = frozenset({"events", "writer"})
 
@@ -241,8 +243,7 @@ class RealtimeSocketSession:
             tasks = [t for t in self._tasks if t is not current]
             for task in tasks:
                 task.cancel()
-            if tasks:
-                await asyncio.wait(tasks, timeout=3.0)
+            await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
             code = WSCloseCode.GOING_AWAY if reason == "server_shutdown" else WSCloseCode.OK
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
