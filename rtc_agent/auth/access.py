@@ -121,7 +121,7 @@ class AccessControl:
         if self.tokens.consume(bearer_token(request) or "") is None:
             raise Unauthorized("the client token was used already or has expired", code="invalid_credentials")
 
-    def principal(self, request: web.Request, *, peek_tokens: bool = True) -> Principal | None:
+    def principal(self, request: web.Request) -> Principal | None:
         """The strongest credential the request carries, or the open principal, or None."""
         bearer = bearer_token(request)
         ip = client_ip(request)
@@ -129,7 +129,7 @@ class AccessControl:
             key_id = self.keys.match(bearer)
             if key_id is not None:
                 return Principal(API_KEY, f"key:{key_id}")
-            token = self.tokens.peek(bearer) if peek_tokens else None
+            token = self.tokens.peek(bearer)
             if token is not None:
                 return Principal(CLIENT_TOKEN, token.client or f"ip:{ip}", token)
             if bearer.startswith(CLIENT_SECRET_PREFIX):

@@ -35,7 +35,7 @@ async def create_session(request: web.Request) -> web.Response:
         raise UnsupportedMediaType(
             f"POST /v1/sessions takes application/json or {SDP_TYPE}, not {content_type or 'no content type'}"
         )
-    registry.check_capacity()
+    registry.check_capacity(principal.client)  # before reading the body; start() checks again
     app[ADMISSION].check()
     body = await read_body(request, settings.max_body_bytes)
     whip = content_type == SDP_TYPE
