@@ -61,7 +61,7 @@ def test_two_pages_see_hear_and_read_each_other(tmp_path):
                           f".some(n => n.textContent === '{other[0]}')", 15_000)
                 b.wait_js("remote video playing",
                           "window.rtcAgent.app.stats().then(s => s.length === 1 && s[0].frames > 5"
-                          " && s[0].audioEnergy > 0)", 30_000)
+                          " && s[0].framesDecoded > 5 && s[0].audioEnergy > 0)", 30_000)
             first = [remote(b)[0] for b in pages]
             time.sleep(1.5)
             for b, before in zip(pages, first, strict=True):

@@ -544,6 +544,8 @@ export function mount({ client, log, devices, errors, $ }) {
         currentTime: video.currentTime,
         videoWidth: video.videoWidth,
         frames: video.getVideoPlaybackQuality ? video.getVideoPlaybackQuality().totalVideoFrames : 0,
+        // No browser-to-browser connection to this participant (yet): the numbers read zero.
+        ...{ state: "none", framesDecoded: 0, audioEnergy: 0, audioBytes: 0 },
         ...(peers[id] || {}),
       }));
     },
