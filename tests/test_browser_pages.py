@@ -238,6 +238,47 @@ def test_interpretation_lines_language_and_downloads(tmp_path):
         assert _read(info) == "Buenos días. ¿Cómo estás? Después.\n"
         # the embedded engine is asked for the source text too
         assert b.page.evaluate("window.rtcAgent.app.configure({}).source_text") is True
+        # with auto the browser's language goes along as the prior (as on the captions page)
+        assert b.page.evaluate("window.rtcAgent.app.configure({}).language_prior") == b.page.evaluate(
+            "navigator.languages[0] || navigator.language")
+
+
+def test_interpret_source_pane_shows_source_captions(tmp_path):
+    """The embedded engine's source comes as caption.partial / caption.final: final lines with time and language,
+    the partial greyed, the language shown, source downloads from the finals, and no chunk source_text twice."""
+    with serve(tmp_path, *IDLE_SERVER) as served, chromium_page(served, tmp_path) as b:
+        b.open("/interpret")
+        b.page.evaluate("""() => {
+          const c = window.rtcAgent.client;
+          c._dispatch({type: 'caption.partial', segment_id: 's1', committed: 'Buenos', tentative: 'días',
+                       audio_start_ms: 0, audio_end_ms: 900});
+        }""")
+        partial = b.page.eval_on_selector("#source-text .sline.partial", "e => e.textContent")
+        assert "Buenos" in partial and "días" in partial
+        assert b.page.eval_on_selector("#source-text .sline.partial .tentative", "e => e.textContent") == " días"
+        b.page.evaluate("""() => {
+          const c = window.rtcAgent.client;
+          c._dispatch({type: 'caption.final', segment_id: 's1', text: 'Buenos días.', language: 'es',
+                       audio_start_ms: 0, audio_end_ms: 1600});
+          c._dispatch({type: 'translation.chunk', index: 0, action: 'EMIT', text: 'Good morning.',
+                       source_text: 'Buenos días.', audio_start_ms: 0, audio_end_ms: 1600, source_language: 'pt'});
+          c._dispatch({type: 'caption.partial', segment_id: 's2', committed: '', tentative: 'Hasta',
+                       audio_start_ms: 61000, audio_end_ms: 61500, language: 'es'});
+          c._dispatch({type: 'caption.final', segment_id: 's2', text: 'Hasta luego.', language: 'es',
+                       audio_start_ms: 61000, audio_end_ms: 62400});
+        }""")
+        lines = b.page.eval_on_selector_all("#source-text .sline", "ls => ls.map(l => [l.textContent, l.lang,"
+                                            " l.classList.contains('final')])")
+        assert lines == [["0:00 Buenos días.", "es", True], ["1:01 Hasta luego.", "es", True]]
+        assert not b.page.query_selector("#source-text .src")  # the chunk's source_text is not shown twice
+        assert b.page.inner_text("#detected-language") == "detected: es"  # the captions' language, not the chunk's
+        with b.page.expect_download() as info:
+            b.page.click("#interpret-download-source-vtt")
+        vtt = _read(info)
+        assert "00:00:00.000 --> 00:00:01.600\nBuenos días." in vtt and "Hasta luego." in vtt
+        with b.page.expect_download() as info:
+            b.page.click("#interpret-download-source-text")
+        assert _read(info) == "Buenos días. Hasta luego.\n"
 
 
 def test_connect_is_an_early_tab_stop_and_alt_c_connects(tmp_path):

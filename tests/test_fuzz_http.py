@@ -80,7 +80,8 @@ json_values = st.recursive(
 )
 APPS = st.sampled_from(["echo", "captions", "agent", "interpret", "call", "", "ECHO"]) | json_values
 CONFIG_KEYS = ["language", "delay_s", "instructions", "tools", "voice", "direction", "source_language",
-               "target_language", "chunk_ms", "vision", "barge_in", "task", "speak", "filler", "model"]
+               "target_language", "chunk_ms", "vision", "barge_in", "task", "speak", "filler", "model",
+               "source_text", "language_prior"]
 configs = st.dictionaries(st.sampled_from(CONFIG_KEYS) | text, json_values, max_size=4) | json_values
 candidates = st.fixed_dictionaries({}, optional={
     "candidate": st.sampled_from(["candidate:1 1 udp 2130706431 192.0.2.7 50000 typ host",
@@ -221,7 +222,8 @@ def test_http_routes_never_answer_500(live: Live, data: st.DataObject) -> None:
                                  ("Host", req["host"]), ("Cookie", req["cookie"])) if v is not None}
     if kind == "form" and data.draw(st.booleans()):  # a real multipart upload with random parts
         fields = data.draw(st.dictionaries(st.sampled_from(["direction", "source_language", "target_language",
-                                                            "chunk_ms", "source_text"]) | text, text, max_size=3))
+                                                            "chunk_ms", "source_text", "language_prior"])
+                                             | text, text, max_size=3))
         file = data.draw(st.binary(max_size=400) | st.just(b"RIFF\x24\x00\x00\x00WAVEfmt "))
         body, content_type = multipart(fields, {"file": ("a.wav", file, "audio/wav")} if file else {})
         headers["Content-Type"] = content_type

@@ -140,3 +140,44 @@ def test_settings_fields_exist():
     fields = {f.name for f in dataclasses.fields(Settings)}
     assert {"st_api_key", "st_mode", "st_chunk_ms", "st_window_s", "st_max_model_len", "st_max_lag_s",
             "st_max_upload_bytes"} <= fields
+
+
+ENGLISH = [
+    "The weather today is sunny with a light breeze from the west.",
+    "Please remember to bring your umbrella tomorrow morning.",
+]
+
+
+async def test_peer_sees_the_source_as_captions_while_the_translation_goes_on(server):
+    """``source_text: true`` with the embedded engine: the Source pane's text comes from the captions pipeline
+    (caption.final with the settled language), the translation still comes, and chunks carry no source_text."""
+    from rtc_agent.server.keys import WORKER
+    from tests.speech import speech_clip
+
+    for engine in ("vad", "asr"):
+        await server.app[WORKER].load(engine)
+    pcm48, spans = speech_clip(ENGLISH, gap_s=1.0, sample_rate=48000)
+    peer = ClientPeer(server.url, "interpret", audio=PcmSourceTrack(pcm48, 48000, tail="silence"),
+                      config={"source_language": "auto", "language_prior": "en-US", "source_text": True,
+                              "speak": False}, receive_audio=False)
+    await peer.connect()
+    try:
+        created = await peer.wait_for("session.created")
+        assert created["session"]["engines"]["asr"] and created["session"]["config"]["language_prior"] == "en"
+        await peer.wait_for("caption.final", lambda e: e["audio_end_ms"] / 1000 > spans[-1][0], timeout=60)
+        await peer.wait_for("translation.chunk", lambda e: e["action"] == "EMIT", timeout=30)
+        info = await peer.session_info()
+    finally:
+        await peer.close()
+    finals = [e for e in peer.events if e["type"] == "caption.final" and e["text"].strip()]
+    heard = set(normalize_text(" ".join(e["text"] for e in finals)).split())
+    said = set(normalize_text(" ".join(ENGLISH)).split())
+    assert len(heard & said) >= 0.6 * len(said), (heard, said)  # English-ish: most of the words, not exact text
+    assert {e["language"] for e in finals} == {"en"}
+    assert any(e["type"] == "input_audio_buffer.speech_started" for e in peer.events)
+    chunks = [e for e in peer.events if e["type"] == "translation.chunk"]
+    assert all(c["source_text"] is None for c in chunks)  # the source is shown once, by the captions
+    translated = " ".join(c["text"] for c in chunks if c["action"] == "EMIT")
+    assert set(normalize_text(translated).split()) & said, translated
+    stats = info["app_stats"]
+    assert stats["source_captions"]["finals"] >= 1 and stats["source_language"] == "en"

@@ -244,3 +244,32 @@ async def test_a_flush_of_the_audio_just_decoded_reuses_that_hypothesis(worker):
                              end_ms=backlog.end_ms, source_language="es", flush=True, final=True)
     assert (await dialogue.translator.translate(flush)).text == "said"
     assert len(whisper.requests) == decodes  # no second decode of the same audio
+
+
+async def test_whisper_translator_reports_rankings_and_keeps_no_sticky_detection(worker):
+    """The language is the request's (the policy's LanguageRule): while it is None every decode detects again,
+    however confident an earlier detection was; the detector's ranking comes back for the rule to weigh."""
+
+    def answer(r: TranscribeRequest) -> Transcript:
+        detected = r.language is None or r.detect_language
+        return Transcript(text="hello friends", segments=[Segment(0.0, r.duration_s, " hello friends")],
+                          language=r.language or "es", language_prob=0.97 if detected else None,
+                          language_probs=[("es", 0.97), ("pt", 0.02)] if detected else [],
+                          prefix_applied=True, audio_s=r.duration_s)
+
+    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    translator = WhisperTranslator(worker)
+    history: list[Turn] = []
+    results = []
+    for i, (language, detect) in enumerate([(None, False), (None, False), ("es", True), ("es", False)]):
+        audio = np.full(1600 * SR // 1000, 0.05, dtype=np.float32)
+        request = TranslateRequest(history=tuple(history), audio=audio, start_ms=i * 1600, end_ms=(i + 1) * 1600,
+                                   source_language=language, detect_language=detect)
+        results.append(await translator.translate(request))
+        history.append(Turn(audio, i * 1600, (i + 1) * 1600, text=results[-1].text))
+    assert [r.language for r in whisper.requests] == [None, None, "es", "es"]  # no sticky detection of its own
+    assert [r.detect_language for r in whisper.requests] == [False, False, True, False]
+    assert results[0].extra["language_probs"] == [("es", 0.97), ("pt", 0.02)]
+    assert results[0].extra["language_audio_s"] == pytest.approx(1.6)
+    assert results[1].extra["language"] == "es" and "language_probs" in results[2].extra
+    assert "language_probs" not in results[3].extra  # a decode in a given language is no detection

@@ -82,7 +82,7 @@ def judge(case: Case, calls: list[Any], spoken: str, registry: Any) -> tuple[boo
             f"no call (said {spoken.strip()[:60]!r})" if not calls else f"bad call: {calls[0].message}")
     call = calls[0]
     if call.name != case.tool:
-        return False, f"called {call.name!r}"
+        return False, f"called {call.name!r} {call.arguments_json}"
     tool = registry.check(call.call_id, call.name, call.arguments)
     if not hasattr(tool, "handler"):
         return False, f"invalid arguments {call.arguments_json}: {getattr(tool, 'error', tool)}"

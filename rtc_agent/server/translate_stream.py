@@ -2,8 +2,10 @@
 
 The request is ``multipart/form-data`` with a ``file`` part (any audio format ffmpeg decodes: WAV, MP3, OGG/Opus,
 FLAC, M4A, WebM...) and text fields ``source_language`` / ``target_language``, or ``direction=es-en`` as a
-shorthand (also ``chunk_ms`` and ``source_text``; the same keys and rules as the WebRTC session ``config``, see
-:mod:`rtc_agent.apps.interpret.config`). The fields may also be given as query parameters.
+shorthand (also ``chunk_ms``, ``source_text`` and ``language_prior``; the same keys and rules as the WebRTC
+session ``config``, see :mod:`rtc_agent.apps.interpret.config`). The fields may also be given as query
+parameters. Here ``source_text`` comes in ``translation.chunk.source_text`` (the embedded engine's second,
+transcribe decode), not as ``caption.*`` events.
 
 The response is ``application/x-ndjson``: one JSON event per line, written as each chunk is processed (as fast as
 the engines go, not in real time): a ``translation.chunk`` per chunk (EMIT/WAIT/SKIP), ``translation.flush`` and
@@ -55,7 +57,7 @@ __all__ = ["MAX_AUDIO_S", "add_routes", "decode_audio", "translate_stream"]
 
 MAX_AUDIO_S = 1800.0  # the default of ``st_max_upload_seconds``
 MIN_AUDIO_SAMPLES = SAMPLE_RATE // 10  # less than 0.1 s is "empty"
-FIELDS = ("source_language", "target_language", "direction", "chunk_ms", "source_text")
+FIELDS = ("source_language", "target_language", "direction", "chunk_ms", "source_text", "language_prior")
 
 
 class _Streams:

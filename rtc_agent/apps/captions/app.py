@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commenta
 from rtc_agent.apps.voice_activity import VoiceActivity
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError, InvalidRequest
-from rtc_agent.protocol import ClientEvent, error_event
+from rtc_agent.protocol import ClientEvent, ServerEvent, error_event
 from rtc_agent.protocol.events import (
     InputAudioBufferClear,
     InputAudioBufferCleared,
@@ -64,6 +65,34 @@ def language_prior(value: Any) -> str | None:
 FINISH_ON = frozenset({"deleted", "server_shutdown", "max_duration"})  # close reasons that wait for finals
 VAD_WINDOW_MS = 32
 DRAIN_POLL_S = 0.02
+
+
+def feed_window(segmenter: SpeechSegmenter, transcriber: StreamingTranscriber, prob: float, start_ms: int,
+                end_ms: int, now_ms: int) -> None:
+    """One VAD window: its speech boundaries to the transcriber, then a chance to decode."""
+    for event in segmenter.feed(prob, start_ms, end_ms):
+        transcriber.on_speech(event, now_ms)
+    transcriber.poll(now_ms)
+
+
+async def finish_finals(transcriber: StreamingTranscriber, judged_until_ms: Callable[[], int], end_ms: int,
+                        timeout: float, emit: Callable[[ServerEvent], None]) -> None:
+    """The audio ended at ``end_ms``: wait (at most ``timeout`` s) for the VAD to judge it
+    (``judged_until_ms()``: the end of the last window judged), end the open utterance there and wait for its last
+    decode. What could not be finished is reported through ``emit`` as an ``error`` (``captions_dropped``)."""
+    deadline = time.monotonic() + timeout
+    while judged_until_ms() < end_ms - VAD_WINDOW_MS and time.monotonic() < deadline:
+        await asyncio.sleep(DRAIN_POLL_S)  # the VAD judges the audio it has not seen yet
+    unjudged_ms = max(0, end_ms - VAD_WINDOW_MS - judged_until_ms())
+    transcriber.flush(end_ms)  # the transcriber holds every sample up to end_ms
+    while transcriber.pending_utterances > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(DRAIN_POLL_S)  # its last decode
+    open_ms = transcriber.buffer_ms if transcriber.pending_utterances > 0 else 0
+    if open_ms or unjudged_ms:
+        emit(error_event(AgentError(
+            f"the session ended before the last captions were finished: {open_ms} ms of speech without a "
+            f"final caption, {unjudged_ms} ms of audio not checked for speech",
+            code="captions_dropped", status=503)))
 
 
 class CaptionsApp(App):
@@ -151,10 +180,7 @@ class CaptionsApp(App):
 
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         self._vad_until_ms = end_ms
-        now = self.ctx.now_ms()
-        for event in self.segmenter.feed(prob, start_ms, end_ms):
-            self.transcriber.on_speech(event, now)
-        self.transcriber.poll(now)
+        feed_window(self.segmenter, self.transcriber, prob, start_ms, end_ms, self.ctx.now_ms())
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         if self.vision is not None:
@@ -211,21 +237,5 @@ class CaptionsApp(App):
         if self.vision is not None:
             await self.vision.close()
 
-    def _utterance_open(self) -> bool:
-        return self.transcriber.pending_utterances > 0
-
     async def _finish_finals(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        end_ms = self.ctx.now_ms()
-        while self._vad_until_ms < end_ms - VAD_WINDOW_MS and time.monotonic() < deadline:
-            await asyncio.sleep(DRAIN_POLL_S)  # the VAD judges the audio it has not seen yet
-        unjudged_ms = max(0, end_ms - VAD_WINDOW_MS - self._vad_until_ms)
-        self.transcriber.flush(end_ms)  # the transcriber holds every sample up to end_ms
-        while self._utterance_open() and time.monotonic() < deadline:
-            await asyncio.sleep(DRAIN_POLL_S)  # its last decode
-        open_ms = self.transcriber.buffer_ms if self._utterance_open() else 0
-        if open_ms or unjudged_ms:
-            self.ctx.emit(error_event(AgentError(
-                f"the session ended before the last captions were finished: {open_ms} ms of speech without a "
-                f"final caption, {unjudged_ms} ms of audio not checked for speech",
-                code="captions_dropped", status=503)))
+        await finish_finals(self.transcriber, lambda: self._vad_until_ms, self.ctx.now_ms(), timeout, self.ctx.emit)

@@ -96,6 +96,7 @@ class TranscriberConfig:
     # longer than ``context_max_utterance_s`` are decoded alone.
     context_s: float = 8.0
     context_max_utterance_s: float = 15.0
+    context_prefix: bool = False
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     max_finals: int = 10_000  # kept for export
@@ -345,11 +346,13 @@ class StreamingTranscriber:
                 break
         return " ".join(reversed(parts))[-self.config.prompt_chars:].lstrip()
 
-    def _context_start(self, target_ms: int) -> int | None:
+    def _context_start(self, target_ms: int) -> tuple[int, str] | None:
         """Where the final decode's audio context starts: the pre-roll of the earliest previous final (same
-        language) that began within ``context_s`` before ``target_ms`` and is still in the kept audio."""
+        language) that began within ``context_s`` before ``target_ms`` and is still in the kept audio; with the
+        text of the finals from there on."""
         lo = max(target_ms - int(self.config.context_s * 1000), self._recent.start_ms)
         start = None
+        texts: list[str] = []
         for final in reversed(self.finals):
             begin = final.start_ms - self.config.preroll_ms
             if begin < lo:
@@ -357,27 +360,32 @@ class StreamingTranscriber:
             if final.end_ms <= self._buffer_start_ms + self.config.preroll_ms and (
                     self._utterance_language is None or final.language == self._utterance_language):
                 start = begin
-        return start
+                texts.append(final.text)
+            else:
+                break
+        return (start, " ".join(reversed(texts))) if start is not None else None
 
     async def _decode(self, now_ms: int, final: bool) -> None:
         audio = self._audio()
         context_ms = 0
+        context_text = ""
         if final:
             target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
             audio = audio[: max(0, (target - self._buffer_start_ms) * SAMPLE_RATE // 1000)]
             if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-                begin = self._context_start(target)
-                if begin is not None and begin < self._buffer_start_ms:
-                    context = self._recent.slice(begin, self._buffer_start_ms)
+                found = self._context_start(target)
+                if found is not None and found[0] < self._buffer_start_ms:
+                    context = self._recent.slice(found[0], self._buffer_start_ms)
                     context_ms = len(context) * 1000 // SAMPLE_RATE
                     audio = np.concatenate([context, audio]) if context_ms else audio
+                    context_text = found[1] if context_ms and self.config.context_prefix else ""
         covered = self._buffer_start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         detect = self.rule.fixed is None and (final or self._utterance_language is None)
         request = TranscribeRequest(
             audio=audio, language=self._utterance_language, task=self.config.task,
             prompt=self._prompt() if final or self.config.prompt_partials else "",
-            prefix="" if final else " ".join(self._la.committed),
+            prefix=context_text if final else " ".join(self._la.committed),
             beam_size=(self.config.final_beam_size or None) if final else 1, detect_language=detect,
         )
         started = time.monotonic()
@@ -399,7 +407,7 @@ class StreamingTranscriber:
             self.final_decodes += int(final)
             self.decode_seconds += transcript.decode_s
         if final:
-            if transcript is not None and context_ms:
+            if transcript is not None and context_ms and not context_text:
                 transcript = without_context(transcript, context_ms / 1000)
             self._apply_final(transcript, covered)
         elif transcript is not None:

@@ -6,9 +6,14 @@ Audio flows ``on_audio`` -> :class:`InterpretPipeline` (Silero VAD in the worker
 :class:`TranslationSpeaker` (TTS on the outgoing track, with catch-up announced as
 ``translation.speech.catchup``).
 
+Source text (``source_text: true``): engines that recognize the source themselves (cascade, openai) report it in
+``translation.chunk.source_text``. With the embedded Whisper engine the source is recognized by the captions
+pipeline instead (:class:`SourceCaptions`: ``caption.partial``/``caption.final`` and speech boundaries, fed by the
+pipeline's VAD windows), whose language rule the translation then follows with ``source_language: auto``.
+
 ``session.update`` with ``{"session": {"source_language", "target_language", "direction", "speak",
-"max_lag_s"}}`` (or the same under ``"config"``) changes languages and speech on the fly; ``chunk_ms`` and
-``source_text`` are fixed for the session.
+"max_lag_s", "language_prior"}}`` (or the same under ``"config"``) changes languages and speech on the fly;
+``chunk_ms`` and ``source_text`` are fixed for the session.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from rtc_agent.apps.interpret.chunker import ChunkCutter
 from rtc_agent.apps.interpret.config import resolve_config
 from rtc_agent.apps.interpret.pipeline import InterpretPipeline
 from rtc_agent.apps.interpret.policy import PolicyConfig, SimulPolicy
+from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker
 from rtc_agent.engines import st
 from rtc_agent.errors import InvalidRequest
@@ -40,19 +46,26 @@ FINISH_TIMEOUT_S = 3.0
 
 def build_pipeline(settings: Any, worker: Any, config: dict[str, Any], emit: Callable[[ServerEvent], None], *,
                    on_text: Callable[[str, int, int], None] | None = None, max_queued_chunks: int = 6,
-                   ) -> InterpretPipeline:
-    """A pipeline for validated ``config`` (see :func:`resolve_config`) with the server's engines."""
-    translator = st.create_translator(settings, worker, source_text=config.get("source_text", False))
+                   source: SourceCaptions | None = None) -> InterpretPipeline:
+    """A pipeline for validated ``config`` (see :func:`resolve_config`) with the server's engines. With ``source``
+    (source captions) the translator recognizes no source text itself, the source captions get the pipeline's
+    audio and VAD windows, and their language rule drives the policy's source language."""
+    translator = st.create_translator(settings, worker,
+                                      source_text=config.get("source_text", False) and source is None)
     window = float(getattr(settings, "st_window_s", 24.0) or 0.0)
     policy_config = PolicyConfig(chunk_ms=config["chunk_ms"], max_model_len=translator.max_model_len,
                                  window_s=window if window > 0 else None)
-    source = config["source_language"]
-    policy = SimulPolicy(policy_config, translator, emit, source_language=None if source == "auto" else source,
-                         target_language=config["target_language"], on_text=on_text)
+    language = config["source_language"]
+    policy = SimulPolicy(policy_config, translator, emit, source_language=None if language == "auto" else language,
+                         target_language=config["target_language"], language_prior=config.get("language_prior"),
+                         on_text=on_text)
+    policy.observe_languages = source is None
     cutter = ChunkCutter(chunk_ms=config["chunk_ms"], threshold=getattr(settings, "vad_threshold", 0.5),
                          min_speech_ms=getattr(settings, "vad_min_speech_ms", 200),
                          min_silence_ms=getattr(settings, "vad_min_silence_ms", 250))
-    return InterpretPipeline(policy, worker, cutter, max_queued_chunks=max_queued_chunks)
+    return InterpretPipeline(policy, worker, cutter, max_queued_chunks=max_queued_chunks,
+                             on_window=source.on_window if source is not None else None,
+                             on_audio=source.push_audio if source is not None else None)
 
 
 class InterpretApp(App):
@@ -62,7 +75,15 @@ class InterpretApp(App):
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         super().__init__(ctx, config)
-        self.pipeline = build_pipeline(ctx.settings, ctx.worker, config, self._emit, on_text=self._on_text)
+        self.source: SourceCaptions | None = None
+        s = ctx.settings
+        if config["source_text"] and not st.source_text_by_engine(s):
+            self.source = SourceCaptions(
+                ctx.worker, ctx.emit, ctx.spawn, ctx.now_ms, source=config["source_language"],
+                prior=config["language_prior"], on_language=self._on_source_language,
+                threshold=getattr(s, "vad_threshold", 0.5), min_speech_ms=getattr(s, "vad_min_speech_ms", 200),
+                min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=ctx.observe)
+        self.pipeline = build_pipeline(s, ctx.worker, config, self._emit, on_text=self._on_text, source=self.source)
         self.policy = self.pipeline.policy
         self.speaker: TranslationSpeaker | None = None
         if ctx.speech is not None:
@@ -80,6 +101,8 @@ class InterpretApp(App):
     def engines(self) -> dict[str, str]:
         s = self.ctx.settings
         out = {"vad": "silero-vad", "st": st.describe(s)}
+        if self.source is not None:
+            out["asr"] = f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"
         if self.speaker is not None:
             out["tts"] = f"{s.tts_engine}:{s.tts_model or 'piper-joe'}"
         return out
@@ -98,6 +121,10 @@ class InterpretApp(App):
     def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
         self.pipeline.push_audio(pcm.astype(np.float32) / 32768.0, start_ms)
 
+    def _on_source_language(self, language: str) -> None:
+        """The source captions' language rule settled or switched: the translation follows it."""
+        self.policy.follow_language(language)
+
     def _on_text(self, text: str, start_ms: int, end_ms: int) -> None:
         if self.speaker is not None:
             self.speaker.say(text, end_ms)
@@ -111,9 +138,12 @@ class InterpretApp(App):
             fixed = {"chunk_ms", "source_text"} & set(update)
             if any(update[k] != self.config[k] for k in fixed):
                 raise InvalidRequest(f"{sorted(fixed)} cannot change during a session", code="invalid_config")
+            before = (self.config["source_language"], self.config["language_prior"])
             self.config = resolve_config(update, self.ctx.settings, base=self.config)
-            source = self.config["source_language"]
-            self.policy.set_languages(None if source == "auto" else source, self.config["target_language"])
+            source, prior = self.config["source_language"], self.config["language_prior"]
+            self.policy.set_languages(None if source == "auto" else source, self.config["target_language"], prior)
+            if self.source is not None and (source, prior) != before:
+                self.source.set_language(source, prior)
             if self.speaker is not None:
                 self.speaker.max_lag_ms = int(self.config["max_lag_s"] * 1000)
                 self.speaker.skip_lag_ms = 2 * self.speaker.max_lag_ms
@@ -126,14 +156,20 @@ class InterpretApp(App):
 
     def stats(self) -> dict[str, Any]:
         out = {**self.policy.stats(), **self.pipeline.stats(), "config": self.config}
+        if self.source is not None:
+            out["source_captions"] = self.source.stats()
         if self.speaker is not None:
             out["speech"] = self.speaker.stats()
         return out
 
     async def close(self) -> None:
-        """The session ends: translate what is left (bounded wait), so the last words reach the page."""
+        """The session ends: translate what is left and give the source captions their last final (together, one
+        bounded wait), so the last words reach the page."""
+        jobs = [self.pipeline.finish()]
+        if self.source is not None:  # its own deadline a little earlier, so it reports what it could not finish
+            jobs.append(self.source.finish(FINISH_TIMEOUT_S - 0.2))
         try:
-            await asyncio.wait_for(self.pipeline.finish(), FINISH_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.gather(*jobs), FINISH_TIMEOUT_S)
         except TimeoutError:
             log.info("session %s: the last translation did not finish within %.0f s", self.ctx.session_id,
                      FINISH_TIMEOUT_S)

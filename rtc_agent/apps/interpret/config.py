@@ -8,8 +8,12 @@
 - ``chunk_ms``: 800 or 1600 (the first chunk is always 1600); default ``st_chunk_ms``.
 - ``speak``: speak the translation on the outgoing track (default true; WebRTC only).
 - ``max_lag_s``: speech lag before the spoken translation catches up (default ``st_max_lag_s``).
-- ``source_text``: also recognize the source speech for display (embedded engine only; default false: it costs
-  a second Whisper decode per turn, about 1.7 times the compute; cascade and source+target engines always give it).
+- ``source_text``: also recognize the source speech for display (embedded engine only; default false; cascade
+  and source+target engines always give it). In a WebRTC session the source is recognized by the captions pipeline
+  (``caption.*`` events, on the same Whisper, with the captions' language rule); over ``POST /v1/translate/stream``
+  by a second Whisper decode per turn (``translation.chunk.source_text``, about 1.7 times the compute).
+- ``language_prior``: with ``source_language: auto``, the language to expect (a BCP 47 tag such as the browser's
+  ``en-GB``; the same meaning and validation as the captions' ``language_prior``). Default none.
 
 Errors are :class:`~rtc_agent.errors.InvalidRequest` with code ``invalid_config``, or ``unsupported_language``
 for a target the configured engine cannot produce.
@@ -20,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rtc_agent.apps.captions.app import LANGUAGE_CODES
+from rtc_agent.apps.captions.app import LANGUAGE_CODES, language_prior
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.engines import st
 from rtc_agent.errors import InvalidRequest
@@ -28,7 +32,7 @@ from rtc_agent.errors import InvalidRequest
 __all__ = ["CONFIG_KEYS", "resolve_config"]
 
 CONFIG_KEYS = frozenset({"source_language", "target_language", "direction", "chunk_ms", "speak", "max_lag_s",
-                         "source_text"})
+                         "source_text", "language_prior"})
 _TARGET = re.compile(r"^[a-z]{2,3}(-[A-Za-z]{2,4})?$")
 
 
@@ -73,6 +77,7 @@ def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] |
         "speak": True,
         "max_lag_s": float(getattr(settings, "st_max_lag_s", 3.0) or 3.0),
         "source_text": False,
+        "language_prior": None,
     }
     out = dict(base or defaults)
     given = dict(config)
@@ -83,6 +88,8 @@ def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] |
                 raise _bad(f"direction says {key}={show(value)} but {key}={show(given[key])} was given too")
             given[key] = value
     out.update(given)
+    if "language_prior" in given:
+        out["language_prior"] = language_prior(given["language_prior"])
     out["source_language"] = _source(out["source_language"])
     out["target_language"] = _target(out["target_language"], settings)
     if out["chunk_ms"] not in (800, 1600) or isinstance(out["chunk_ms"], bool):

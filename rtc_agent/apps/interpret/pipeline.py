@@ -14,13 +14,16 @@ Two ways to drive it:
   is processed.
 
 The VAD state (``vad_stream``) and the chunk grid belong to the pipeline: the policy's context cuts never touch them.
+Live mode can share them: ``on_window(prob, start_ms, end_ms)`` gets every VAD window the pump judged (before the
+cutter, also after ``finish``) and ``on_audio(pcm, start_ms)`` every audio push, so another consumer (the interpret
+app's source captions) uses the same VAD probabilities instead of running a second VAD.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -38,7 +41,9 @@ VAD_BLOCK_WINDOWS = 50  # whole-audio mode: VAD requests of 1.6 s
 
 class InterpretPipeline:
     def __init__(self, policy: SimulPolicy, worker: Any, cutter: ChunkCutter, *, vad_engine: str = "vad",
-                 max_queued_chunks: int = 6, vad_backlog_s: float = 10.0, vad_timeout_s: float = 10.0) -> None:
+                 max_queued_chunks: int = 6, vad_backlog_s: float = 10.0, vad_timeout_s: float = 10.0,
+                 on_window: Callable[[float, int, int], None] | None = None,
+                 on_audio: Callable[[np.ndarray, int], None] | None = None) -> None:
         if max_queued_chunks < 1:
             raise ValueError("max_queued_chunks must be >= 1")
         self.policy = policy
@@ -49,6 +54,8 @@ class InterpretPipeline:
         self.vad_stream: VadStream = self.voice.stream
         self.max_queued_chunks = max_queued_chunks
         self.vad_timeout_s = vad_timeout_s
+        self.on_window = on_window
+        self.on_audio = on_audio
         self._audio: deque[np.ndarray] = deque()  # audio pushed and not yet cut, from sample ``_audio_start``
         self._audio_start = 0
         self._audio_samples = 0
@@ -68,6 +75,8 @@ class InterpretPipeline:
         if self._closed:
             return
         audio = np.asarray(audio, dtype=np.float32)
+        if self.on_audio is not None:
+            self.on_audio(audio, start_ms)
         if not self._started:
             self._started = True
             self.cutter.start_at(start_ms)  # the grid starts where the audio starts
@@ -109,6 +118,8 @@ class InterpretPipeline:
 
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         """One VAD window from the pump, in order."""
+        if self.on_window is not None:
+            self.on_window(prob, start_ms, end_ms)
         if self._closed:
             return
         self.vad_windows += 1

@@ -18,6 +18,11 @@ sits behind a :class:`~rtc_agent.engines.st.base.SpeechTranslator`. Rules:
   (``prompt + completion + budget_margin >= max_model_len``), ``window`` (the dialogue holds ``window_s`` seconds
   of speech). A cut flushes first, then clears the dialogue only: chunk numbering, the source clock and the VAD
   (owned by the caller) go on untouched.
+- Source language: a :class:`~rtc_agent.apps.captions.language.LanguageRule` (the captions' rule: ``fixed`` by the
+  client, else settled on strong evidence and switched only on strong repeated evidence), weighted by the client's
+  ``language_prior``, chooses the ``source_language`` of every request. It observes the detector's ranking that the
+  translator reports for each turn (``Translation.extra["language_probs"]``), unless another detector drives it
+  (:meth:`SimulPolicy.follow_language`, the interpret app's source captions).
 - Every chunk gets exactly one ``translation.chunk`` event with all its fields; ``latency_ms`` is the time from the
   chunk being complete to its event (waiting behind earlier turns plus the model call).
 
@@ -34,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.engines.st.base import SpeechTranslator, TranslateRequest, Translation, Turn
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
@@ -117,16 +123,18 @@ OnText = Callable[[str, int, int], None]
 
 class SimulPolicy:
     """See the module docstring. ``emit`` gets every event; ``on_text(text, start_ms, end_ms)`` every emitted
-    translation (EMIT and flush text), e.g. for speech output."""
+    translation (EMIT and flush text), e.g. for speech output. ``source_language`` ``None`` is auto (the
+    language rule decides, expecting ``language_prior``)."""
 
     def __init__(self, config: PolicyConfig, translator: SpeechTranslator, emit: Emit, *,
                  source_language: str | None = None, target_language: str = "en",
-                 on_text: OnText | None = None) -> None:
+                 language_prior: str | None = None, on_text: OnText | None = None) -> None:
         self.config = config
         self.translator = translator
         self.emit = emit
         self.on_text = on_text
-        self.source_language = source_language
+        self.rule = LanguageRule(fixed=source_language, prior=language_prior)
+        self.observe_languages = True  # False: follow_language() drives the rule (the source captions)
         self.target_language = target_language
         self.history: list[Turn] = []
         self.backlog: list[Turn] = []  # WAIT turns since the last answer (what a flush re-translates)
@@ -171,10 +179,35 @@ class SimulPolicy:
             return False
         return bool(self.backlog) or bool(getattr(self.translator, "pending", False))
 
-    def set_languages(self, source: str | None, target: str) -> None:
-        """Languages for the next turns. A change cuts nothing; the next turn simply uses them."""
-        self.source_language = source
+    @property
+    def source_language(self) -> str | None:
+        """The source language of the next request (``None``: not known yet, the translator detects it)."""
+        return self.rule.current
+
+    def set_languages(self, source: str | None, target: str, prior: str | None = None) -> None:
+        """Languages for the next turns (``source`` ``None``: auto). A change cuts nothing; the next turn simply
+        uses them. Auto stays settled where it was unless the choice or the prior changed."""
+        if source != self.rule.fixed or (source is None and prior != self.rule.prior):
+            self.rule = LanguageRule(fixed=source, prior=prior)
         self.target_language = target
+
+    def follow_language(self, language: str) -> None:
+        """With auto: the language another detector settled on or switched to (the interpret app's source
+        captions); the next turns use it. Ignored when the client fixed the language."""
+        if self.rule.fixed is None:
+            self.rule.settled = language
+
+    def _detect(self) -> bool:
+        return self.observe_languages and self.rule.fixed is None
+
+    def _observe_language(self, result: Translation | None) -> None:
+        ranking = result.extra.get("language_probs") if result is not None else None
+        if not self.observe_languages or self.rule.fixed is not None or not ranking:
+            return
+        audio_s = result.extra.get("language_audio_s") if result is not None else None
+        if self.rule.observe([(str(c), float(p)) for c, p in ranking],  # type: ignore[union-attr]
+                             float(audio_s) if isinstance(audio_s, int | float) else 0.0):
+            log.info("source language: %s", self.rule.current)
 
     # --- input ----------------------------------------------------------------------------------------------
 
@@ -191,8 +224,9 @@ class SimulPolicy:
         turn = Turn(chunk.audio, chunk.start_ms, chunk.end_ms)
         request = TranslateRequest(history=tuple(self.history), audio=chunk.audio, start_ms=chunk.start_ms,
                                    end_ms=chunk.end_ms, source_language=self.source_language,
-                                   target_language=self.target_language)
+                                   target_language=self.target_language, detect_language=self._detect())
         result = await self._call(request)
+        self._observe_language(result)
         self.history.append(turn)
         if self._open_start_ms is None:
             self._open_start_ms = chunk.start_ms
@@ -308,8 +342,9 @@ class SimulPolicy:
         request = TranslateRequest(history=tuple(before), audio=audio,
                                    start_ms=backlog[0].start_ms if backlog else end_ms, end_ms=end_ms,
                                    source_language=self.source_language, target_language=self.target_language,
-                                   flush=True, final=trigger != "empty_chunks")
+                                   flush=True, final=trigger != "empty_chunks", detect_language=self._detect())
         result = await self._call(request)
+        self._observe_language(result)
         text = result.text.strip() if result is not None else ""
         self.flushes[trigger] = self.flushes.get(trigger, 0) + 1
         if result is None or not text:
@@ -370,6 +405,9 @@ class SimulPolicy:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "translator": getattr(self.translator, "name", type(self.translator).__name__),
+            "source_language": self.source_language,
+            "language_settled": self.rule.settled is not None,
+            "language_switches": self.rule.switches,
         }
 
     def translation(self) -> str:

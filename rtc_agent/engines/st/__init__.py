@@ -55,6 +55,7 @@ __all__ = [
     "english_only",
     "estimate_tokens",
     "language_name",
+    "source_text_by_engine",
 ]
 
 ENGINE_NAME = "st"
@@ -124,6 +125,12 @@ def engine_specs(settings: Any) -> list[EngineSpec]:
 def english_only(settings: Any) -> bool:
     """True when the configured engine can only translate into English (Whisper's translate task)."""
     return _kind(settings) == "embedded"
+
+
+def source_text_by_engine(settings: Any) -> bool:
+    """True when the configured engine recognizes the source itself at no extra cost (``cascade``, ``openai``);
+    the embedded Whisper engine needs a second decode for it (``source_text``)."""
+    return _kind(settings) != "embedded"
 
 
 def describe(settings: Any) -> str:

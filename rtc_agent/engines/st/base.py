@@ -66,6 +66,9 @@ class TranslateRequest:
       audio, a long silence, or a context cut follows): say everything, even an unfinished sentence. A flush that
       is not final (``empty_chunks``) may keep an unfinished last sentence pending.
     - ``source_language``: ``None`` means detect it; ``target_language`` a language code.
+    - ``detect_language``: report the language detector's ranking (``Translation.extra["language_probs"]``) even
+      when ``source_language`` is given (the caller's language rule watches for a switch). Engines that cannot
+      ignore it.
     """
 
     history: tuple[Turn, ...]
@@ -76,6 +79,7 @@ class TranslateRequest:
     target_language: str = "en"
     flush: bool = False
     final: bool = False
+    detect_language: bool = False
 
     @property
     def flush_mode(self) -> str | None:
@@ -95,7 +99,9 @@ class Translation:
 
     ``text`` empty means WAIT. ``prompt_tokens``/``completion_tokens`` are the model's own counts where it reports
     them (remote engines: ``usage``), estimates otherwise. ``stop_reason`` is the model's finish reason (``stop``,
-    ``length``, ...); ``length`` makes the policy cut the context.
+    ``length``, ...); ``length`` makes the policy cut the context. ``extra`` may hold ``language`` (the source
+    language of this answer), ``language_probs`` (the detector's ranking ``[(code, prob), ...]`` of a fresh decode,
+    most likely first) and ``language_audio_s`` (the seconds of audio that decode judged).
     """
 
     text: str

@@ -88,7 +88,12 @@ class WhisperStream:
     """LocalAgreement over Whisper hypotheses of a dialogue's audio, for one task (``translate``/``transcribe``).
 
     Use: ``request = stream.build(turns)`` -> decode it (the caller batches) -> ``stream.apply(transcript, end_ms,
-    flush)`` returns the newly committed words. ``reset()`` forgets the dialogue (keeps the detected language).
+    flush)`` returns the newly committed words. ``reset()`` forgets the dialogue.
+
+    Language: every decode is in ``language`` (the caller's choice, see :meth:`set_language`; ``None``: Whisper
+    detects it per decode). The stream keeps no detection of its own: choosing the session's language from the
+    detections is the caller's policy (the interpret app's ``LanguageRule``); ``detected_language`` is only what
+    the last decode found.
 
     - ``agreement``: how many earlier hypotheses the newest is compared with (1 = classic LocalAgreement-2; 2 =
       agreement with either of the two before it).
@@ -108,7 +113,7 @@ class WhisperStream:
             raise ValueError("need 0 < trim_after_s < max_audio_s <= 30")
         self.task = task
         self.fixed_language = language
-        self.detected_language: str | None = None
+        self.detected_language: str | None = None  # what the last decode found (not used for the next one)
         self.min_commit_ms = min_commit_ms
         self.force_prefix = force_prefix
         self.trim_after_s = trim_after_s
@@ -125,12 +130,11 @@ class WhisperStream:
 
     @property
     def language(self) -> str | None:
-        return self.fixed_language or self.detected_language
+        """The language the next decode is in (``None``: detect it)."""
+        return self.fixed_language
 
     def set_language(self, language: str | None) -> None:
-        if language != self.fixed_language:
-            self.fixed_language = language
-            self.detected_language = None
+        self.fixed_language = language
 
     @property
     def pending(self) -> bool:
@@ -152,8 +156,9 @@ class WhisperStream:
         self.trim_ms = None
         self._decoded = None
 
-    def build(self, turns: list[Turn]) -> TranscribeRequest | None:
-        """The decode request for the dialogue's audio after the trim point (``None`` when there is none)."""
+    def build(self, turns: list[Turn], *, detect: bool = False) -> TranscribeRequest | None:
+        """The decode request for the dialogue's audio after the trim point (``None`` when there is none);
+        ``detect``: run the language detector even when the language is given."""
         parts: list[np.ndarray] = []
         layout = _Layout()
         offset = 0
@@ -184,7 +189,8 @@ class WhisperStream:
         self._buffer_s = len(audio) / SAMPLE_RATE
         self._quiet_tail_s = quiet_tail_s(audio)
         request = TranscribeRequest(audio=audio, language=self.language, task=self.task,
-                                    prefix=" ".join(self.committed) if self.force_prefix else "")
+                                    prefix=" ".join(self.committed) if self.force_prefix else "",
+                                    detect_language=detect)
         digest = hashlib.blake2b(audio.tobytes(), digest_size=16).digest()
         self._built = (len(audio), digest, request.language, request.prefix)
         return request
@@ -211,8 +217,7 @@ class WhisperStream:
             raise ValueError(f"flush must be None, 'partial' or 'final', got {flush!r}")
         self.decodes += 1
         self._decoded = (self._built, t)
-        if self.fixed_language is None and t.language and (t.language_prob or 0) >= 0.5 and t.audio_s >= 1.0:
-            self.detected_language = self.detected_language or t.language
+        self.detected_language = t.language or self.fixed_language
         words = t.text.split() if self._usable(t) else []
         base = len(self.committed)
         prefixed = self.force_prefix and t.prefix_applied  # the text continues the committed words
@@ -324,10 +329,14 @@ class WhisperTranslator:
 
     ``worker`` is the session's worker and ``engine`` the Whisper engine's name (``asr``). With ``source_text`` a
     transcribe stream runs next to the translate stream (same audio, one worker batch) and each answer carries the
-    newly recognized source words. The other options are :class:`WhisperStream`'s. Only English targets are
-    possible (Whisper's translate task); the caller checks the language pair. Token counts are estimates (Whisper
-    reports none): the prompt is the forced prefix (with ``force_prefix``) plus the task tokens, the completion the
-    new hypothesis; the policy's budget rule uses Whisper's decoder context (448 tokens).
+    newly recognized source words (``POST /v1/translate/stream``; the WebRTC interpret app shows the source with
+    its captions pipeline instead). Each turn decodes in the request's ``source_language`` (detecting per decode
+    while that is ``None``) and reports the translate decode's language ranking in ``extra["language_probs"]``
+    (with ``extra["language_audio_s"]``) for the caller's language rule. The other options are
+    :class:`WhisperStream`'s. Only English targets are possible (Whisper's translate task); the caller checks the
+    language pair. Token counts are estimates (Whisper reports none): the prompt is the forced prefix (with
+    ``force_prefix``) plus the task tokens, the completion the new hypothesis; the policy's budget rule uses
+    Whisper's decoder context (448 tokens).
     """
 
     name = "whisper-translate"
@@ -343,7 +352,6 @@ class WhisperTranslator:
                                    "force_prefix": force_prefix, "trim_after_s": trim_after_s}
         self.target = WhisperStream("translate", **options)
         self.source = WhisperStream("transcribe", **options) if source_text else None
-        self._language: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -351,50 +359,52 @@ class WhisperTranslator:
 
     @property
     def language(self) -> str | None:
-        """The source language in use (configured, or detected by the translate stream)."""
-        return self.target.language
+        """The source language of the last turn (requested, else detected by its translate decode)."""
+        return self.target.language or self.target.detected_language
 
     def reset(self) -> None:
         self.target.reset()
         if self.source is not None:
             self.source.reset()
 
-    def _sync_language(self, language: str | None) -> None:
-        if language != self._language:
-            self._language = language
-            for stream in (self.target, self.source):
-                if stream is not None:
-                    stream.set_language(language)
-        if self.source is not None and self.source.language is None and self.target.detected_language:
-            self.source.detected_language = self.target.detected_language
-
-    async def _decode(self, stream: WhisperStream, request: TranscribeRequest) -> Transcript:
+    async def _decode(self, stream: WhisperStream, request: TranscribeRequest) -> tuple[Transcript, bool]:
+        """The hypothesis and whether it is a fresh decode (not the last one reused)."""
         cached = stream.cached()
         if cached is not None:
-            return cached
-        return await self.worker.call(self.engine, request, timeout=self.timeout_s)
+            return cached, False
+        return await self.worker.call(self.engine, request, timeout=self.timeout_s), True
 
     async def translate(self, request: TranslateRequest) -> Translation:
-        self._sync_language(request.source_language)
+        streams = [s for s in (self.target, self.source) if s is not None]
+        for stream in streams:
+            stream.set_language(request.source_language)
         turns = list(request.history)
         if len(request.audio):
             turns.append(Turn(request.audio, request.start_ms, request.end_ms))
-        streams = [s for s in (self.target, self.source) if s is not None]
-        calls = [(s, r) for s in streams if (r := s.build(turns)) is not None]
+        calls = [(s, r) for s in streams
+                 if (r := s.build(turns, detect=request.detect_language and s is self.target)) is not None]
         if not calls:
             return Translation("", source_text="" if self.source is not None else None)
         results = await asyncio.gather(*(self._decode(s, r) for s, r in calls))
         texts: dict[str, str] = {}
+        extra: dict[str, object] = {}
         prompt_tokens = completion_tokens = 0
-        for (stream, req), transcript in zip(calls, results, strict=True):
+        for (stream, req), (transcript, fresh) in zip(calls, results, strict=True):
             words = stream.apply(transcript, request.end_ms, flush=request.flush_mode)
             texts[stream.task] = " ".join(words)
             if stream is self.target:
                 prompt_tokens = estimate_tokens(req.prefix) + 4
                 completion_tokens = estimate_tokens(transcript.text)
+                detected = req.language is None or req.detect_language  # else the language is only echoed
+                if fresh and detected and (transcript.language_probs or transcript.language):
+                    extra["language_probs"] = list(transcript.language_probs) or [
+                        (transcript.language, transcript.language_prob if transcript.language_prob is not None
+                         else 1.0)]
+                    extra["language_audio_s"] = transcript.audio_s or req.duration_s
+        if self.language:
+            extra["language"] = self.language
         return Translation(
             text=texts.get("translate", ""),
             source_text=texts.get("transcribe", "") if self.source is not None else None,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, stop_reason="stop",
-            extra={"language": self.target.language} if self.target.language else {},
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, stop_reason="stop", extra=extra,
         )

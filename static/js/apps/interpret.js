@@ -1,6 +1,8 @@
 // Interpret: simultaneous interpretation (SimulInfer policy). One translation.chunk per processed audio chunk
 // (EMIT / WAIT / SKIP), translation.flush when the backlog is re-translated, translation.reset on context cuts.
-// Event shapes: DESIGN.md section 4.
+// Event shapes: DESIGN.md section 4. The Source pane shows the source speech either from caption.partial /
+// caption.final (the embedded Whisper engine: the server runs the captions pipeline on the source) or from
+// translation.chunk.source_text (cascade / openai engines); one session uses one of the two, never both.
 
 import { el, stickToEnd, trimChildren } from "../dom.js";
 
@@ -39,8 +41,10 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   const embeddedSt = caps.engines?.st?.kind === "embedded";
   const detectedEl = $("detected-language");
 
-  // Kept for the downloads: [{start_ms, end_ms, text}] per pane.
+  // Kept for the downloads: [{start_ms, end_ms, text}] per pane (the source: its final captions, or chunk texts).
   let sourceCues = [];
+  let sourceMode = null; // "captions" or "chunks": what fills the Source pane in this session
+  let partialRow = null; // the source caption being recognized (tentative, greyed)
   let targetCues = [];
   let lastEmitEnd = null;
   let line = null; // the current translation line (a new one after a pause or a flush)
@@ -82,6 +86,7 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   const showDetected = (ev) => {
     const lang = ev.language || ev.source_language || ev.detected_language;
     if (!lang) return;
+    if (sourceMode === "captions" && ev.type === "translation.chunk") return; // the captions' rule decides it
     if (detectedEl) {
       detectedEl.textContent = `detected: ${lang}`;
       detectedEl.dataset.language = lang;
@@ -101,6 +106,7 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   $("interpret-copy")?.addEventListener("click", (e) => copyText?.(asText(targetCues), e.currentTarget));
   $("interpret-clear")?.addEventListener("click", () => {
     sourceText?.replaceChildren();
+    partialRow = null;
     targetText?.replaceChildren();
     sourceCues = [];
     targetCues = [];
@@ -112,16 +118,20 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   let lags = [];
   let latencies = [];
 
-  const languages = () => {
+  // With auto the server expects the browser's language (language_prior), as the captions page does.
+  const browserLanguage = () => (navigator.languages && navigator.languages[0]) || navigator.language || null;
+  const languages = ({ update = false } = {}) => {
     const out = {};
-    if (sourceSel && sourceSel.value && sourceSel.value !== "auto") out.source_language = sourceSel.value;
+    const source = sourceSel?.value || "auto";
+    if (source !== "auto" || update) out.source_language = source;
+    if (source === "auto" && browserLanguage()) out.language_prior = browserLanguage();
     if (targetSel && targetSel.value) out.target_language = targetSel.value;
     return out;
   };
 
   const onLanguageChange = () => {
     setLangs();
-    if (client.connected) client.send({ type: "session.update", session: languages() });
+    if (client.connected) client.send({ type: "session.update", session: languages({ update: true }) });
   };
   sourceSel?.addEventListener("change", onLanguageChange);
   targetSel?.addEventListener("change", onLanguageChange);
@@ -164,6 +174,57 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
     });
   };
 
+  // Source captions (embedded engine): one line per final caption, with its time and language; the caption being
+  // recognized is shown greyed (committed words, then the tentative ones) until its final replaces it.
+  const captionRow = (ev) => {
+    if (!partialRow || !partialRow.isConnected || partialRow.dataset.segmentId !== String(ev.segment_id)) {
+      partialRow = el("div", "tline sline partial");
+      partialRow.dataset.segmentId = String(ev.segment_id ?? "");
+      const time = el("time", "tline-time", fmt(ev.audio_start_ms));
+      time.dataset.ms = String(Math.round(ev.audio_start_ms || 0));
+      partialRow.append(time, " ", el("span", "src-text"));
+      stickToEnd(sourceText, () => {
+        sourceText.append(partialRow);
+        trimChildren(sourceText, MAX_SPANS);
+      });
+    }
+    if (ev.language) partialRow.lang = ev.language;
+    return partialRow;
+  };
+  const useCaptions = () => {
+    if (sourceMode === "chunks") return false;
+    sourceMode = "captions";
+    return Boolean(sourceText);
+  };
+  client.on("caption.partial", (ev) => {
+    if (!useCaptions()) return;
+    const row = captionRow(ev);
+    const committed = (ev.committed || "").trim();
+    const tentative = (ev.tentative || "").trim();
+    stickToEnd(sourceText, () => {
+      row.querySelector(".src-text").replaceChildren(
+        el("span", "committed", committed), el("span", "tentative", tentative ? ` ${tentative}` : ""));
+    });
+  });
+  client.on("caption.final", (ev) => {
+    if (!useCaptions()) return;
+    const text = (ev.text || "").trim();
+    showDetected(ev);
+    const row = captionRow(ev);
+    partialRow = null;
+    if (!text) {
+      row.remove();
+      return;
+    }
+    row.classList.remove("partial");
+    row.classList.add("final");
+    row.querySelector(".src-text").textContent = text;
+    const time = row.querySelector(".tline-time");
+    time.textContent = fmt(ev.audio_start_ms);
+    time.title = `${fmt(ev.audio_start_ms)}–${fmt(ev.audio_end_ms)}`;
+    sourceCues.push({ start_ms: ev.audio_start_ms ?? 0, end_ms: ev.audio_end_ms ?? 0, text });
+  });
+
   // WAIT chunks leave their source text "pending" until the next EMIT or flush commits a translation.
   const commitPending = () => {
     for (const span of sourceText?.querySelectorAll(".pending") || []) span.classList.remove("pending");
@@ -183,8 +244,11 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
     addCell(action || "wait", details, dur > 0 ? dur : 800);
     showDetected(ev);
 
-    if (ev.source_text) sourceCues.push({ start_ms: ev.audio_start_ms ?? 0, end_ms: ev.audio_end_ms ?? 0, text: ev.source_text });
-    if (ev.source_text && sourceText) {
+    if (ev.source_text && sourceMode !== "captions") {
+      sourceMode = "chunks";
+      sourceCues.push({ start_ms: ev.audio_start_ms ?? 0, end_ms: ev.audio_end_ms ?? 0, text: ev.source_text });
+    }
+    if (ev.source_text && sourceText && sourceMode === "chunks") {
       stickToEnd(sourceText, () => {
         const span = el("span", action === "WAIT" ? "src pending" : "src", `${ev.source_text} `);
         span.title = details;
@@ -249,6 +313,9 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
       // the texts stay until the user clears them; a new session starts on a new line
       line = null;
       lastEmitEnd = null;
+      sourceMode = null;
+      partialRow?.remove(); // an unfinished caption of the last session
+      partialRow = null;
       timeline?.replaceChildren();
       renderLag(null, null);
       renderStats();
@@ -257,7 +324,7 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
 
   return {
     configure(sessionConfig) {
-      // the embedded engine recognizes the source too when asked (the same Whisper model, a second decode)
+      // the embedded engine recognizes the source too when asked (the captions pipeline on the same Whisper)
       return { ...sessionConfig, ...languages(), ...(embeddedSt ? { source_text: true } : {}) };
     },
     reset() {
