@@ -148,6 +148,12 @@ class Settings:
                                             "= int8 on CPU, float16 on CUDA.", "engines")
     asr_threads: int = _opt(0, "CPU threads of the embedded ASR engine (0 = all cores).", "engines")
     asr_language: str = _opt("auto", "Spoken language for captions: a Whisper code such as en, or auto.", "engines")
+    captions_context_s: float = _opt(
+        16.0, "Most seconds of a session's earlier speech the final decode of a caption also hears (more: closer to "
+              "offline accuracy, slower finals; 0: none).", "engines")
+    captions_final_budget_ms: int = _opt(
+        600, "Time a caption's final decode may take: the earlier speech it hears is cut to fit, from how fast "
+             "recent final decodes ran (under load it hears less, so sessions stay real time).", "engines")
     asr_api_key: str = _opt("", "API key for the remote ASR server.", "engines", secret=True)
     vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")
     vad_min_silence_ms: int = _opt(250, "Silence that ends an utterance, in ms.", "engines")
@@ -330,6 +336,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
     if settings.heartbeat_timeout_s <= 0:
         raise SettingsError("heartbeat_timeout_s must be > 0")
+    if not 0 <= settings.captions_context_s <= 20 or not 100 <= settings.captions_final_budget_ms <= 10_000:
+        raise SettingsError("captions_context_s must be 0-20 and captions_final_budget_ms 100-10000")
     if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
             or settings.final_drain_s < 0:
         raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "

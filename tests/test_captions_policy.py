@@ -445,3 +445,29 @@ async def test_the_final_decode_hears_the_previous_utterances_and_keeps_only_its
     assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star for help."]
     # from the first utterance's pre-roll to the second one's end plus the tail
     assert len(rec.final_requests[1].audio) == (3200 + 150 - 0) * 16
+
+
+@pytest.mark.parametrize(("budget_ms", "hears_context"), [(10_000, True), (200, False)])
+async def test_slow_final_decodes_shrink_the_context_to_the_budget(budget_ms, hears_context):
+    """The first final decode took ~0.3 s for ~1.45 s of audio: with a 0.2 s budget the next one may hear only
+    ~1 s of audio, so not the previous utterance; with a 10 s budget it hears it."""
+    first = hyp("Agent login.", [(0.0, 1.2, " Agent login.")])
+    both = hyp("Agent login. Press star for help.", [(0.0, 1.2, " Agent login."), (2.3, 3.4, " Press star for help.")])
+    alone = hyp("Press star for help.", [(0.0, 1.1, " Press star for help.")])
+    rec = ScriptedRecognizer([], finals=[first, both if hears_context else alone], delay=0.3)
+    h = Harness(rec, decode_interval_ms=10_000, context_s=8.0, final_budget_ms=budget_ms)
+    h.audio(200)
+    h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
+    h.audio(1100)
+    h.transcriber.on_speech(SpeechEvent("end", 1300), h.ms)
+    await h.settle()
+    limit = h.transcriber.context_limit_s()
+    assert limit == 8.0 if hears_context else 0 < limit < 1.5  # (a slower machine only makes it smaller)
+    h.audio(900)
+    h.transcriber.on_speech(SpeechEvent("start", 2300), h.ms)
+    h.audio(1200)
+    h.transcriber.on_speech(SpeechEvent("end", 3200), h.ms)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star for help."]
+    heard_ms = len(rec.final_requests[1].audio) // 16
+    assert heard_ms == (3350 if hears_context else 3200 + 150 - 2100), heard_ms

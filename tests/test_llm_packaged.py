@@ -15,6 +15,7 @@ from rtc_agent.engines.llm import engine_spec
 from rtc_agent.engines.llm.smollm import (
     DEFAULT_MODEL,
     PACKAGED_MODELS,
+    TOOLS_NOTE,
     SmolLMEngine,
     compact_tools,
     embedded_model_name,
@@ -84,7 +85,7 @@ def test_qwen_from_its_packages_scores_on_the_tool_suite():
 
     prompt = engine._tokenizer.decode(engine.encode(ChatRequest(
         messages=[{"role": "user", "content": "hi"}], tools=register_builtins(ToolRegistry()).specs())))
-    assert "<tools>" in prompt and "minLength" not in prompt and "only a function listed" in prompt
+    assert "<tools>" in prompt and "minLength" not in prompt and TOOLS_NOTE in prompt
     report = run_suite(engine, echo=False)
     recorded = PACKAGED_MODELS["qwen2.5-coder-0.5b"].tool_score
     # greedy decoding: the score is reproducible; allow one request either way for kernel-level differences

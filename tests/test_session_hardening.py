@@ -123,7 +123,7 @@ async def test_a_failing_set_up_and_close_still_free_the_slot(start_server, monk
 
 
 async def test_delete_returns_in_bounded_time_when_close_hangs(start_server, monkeypatch):
-    monkeypatch.setattr(session_module, "APP_CLOSE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(session_module.Session, "app_close_timeout_s", 0.5)
     monkeypatch.setattr(session_module, "PC_CLOSE_TIMEOUT_S", 0.5)
     server = await start_server()
     peer = ClientPeer(server.url, "echo")
@@ -226,7 +226,7 @@ async def test_connect_timeout_ends_a_session_that_never_connects(start_server):
 async def test_shutdown_tells_every_session_and_ends_in_bounded_time(monkeypatch):
     """SIGTERM's path (runner.cleanup): sessions hear server_shutdown; a session whose close hangs does not hold
     the process past shutdown_timeout_s."""
-    monkeypatch.setattr(session_module, "APP_CLOSE_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(session_module.Session, "app_close_timeout_s", 60.0)
     settings = dataclasses.replace(Settings(), host="127.0.0.1", port=free_port(), preload=[], shutdown_timeout_s=1.5)
     server = await run_server(settings, shared_worker(settings))
     runner = server.runner

@@ -37,20 +37,22 @@ from rtc_agent.realtime.audio import MODEL_RATE, InputDecoder
 from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from rtc_agent.realtime.speech import SocketSpeech
-from rtc_agent.server.session_end import wait_tasks
+from rtc_agent.server.session_end import ClosingSession, wait_tasks
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 256  # audio chunks and client events waiting for the app
 MAX_BACKLOG_BYTES = 32 * 1024 * 1024  # events written but not yet taken by the client
-APP_CLOSE_TIMEOUT_S = 5.0
 TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
 DRAIN_TIMEOUT_S = 1.0
 CRITICAL_TASKS = frozenset({"events", "writer"})
 
 
-class RealtimeSocketSession:
+class RealtimeSocketSession(ClosingSession):
     """See the module docstring. Create, register, then ``await run()`` from the WebSocket handler."""
+
+    close_wait_s = 10.0
+    transport_name = " over WebSocket"
 
     def __init__(self, ws: web.WebSocketResponse, app_cls: type, app_config: dict[str, Any], config: SessionConfig,
                  *, settings: Any, worker: Any, metrics: Any, on_closed: Callable[[Any], None], session_id: str,
@@ -219,43 +221,19 @@ class RealtimeSocketSession:
             self.close_reason = reason
             self._closing_task = asyncio.get_running_loop().create_task(self.close(reason), name=f"{self.id}:close")
 
-    async def close(self, reason: str = "deleted") -> None:
-        """End the session (idempotent, never raises): the app finishes, queued events leave, tasks end, the
-        socket closes (1000, or 1001 at shutdown), ``on_closed`` runs."""
-        if self.state in ("closing", "closed"):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), APP_CLOSE_TIMEOUT_S + 5)
-            return
-        self.state = "closing"
-        self.close_reason = reason
-        log.info("session %s (%s over WebSocket) closing: %s", self.id, self.app_name, reason)
-        current = asyncio.current_task()
-        try:
-            try:
-                await asyncio.wait_for(self.app.close(), APP_CLOSE_TIMEOUT_S)
-            except Exception:
-                log.exception("session %s: app close failed", self.id)
-            if self.speech is not None:
-                self.speech.clear()
-            deadline = time.monotonic() + DRAIN_TIMEOUT_S
-            while not self._outbox.empty() and not self.ws.closed and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            tasks = [t for t in self._tasks if t is not current]
-            for task in tasks:
-                task.cancel()
-            await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
-            code = WSCloseCode.GOING_AWAY if reason == "server_shutdown" else WSCloseCode.OK
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
-        except Exception:
-            log.exception("session %s: closing failed", self.id)
-        finally:
-            self.state = "closed"
-            self._closed.set()
-            try:
-                self._on_closed(self)
-            except Exception:
-                log.exception("session %s: on_closed failed", self.id)
+    async def _end_transport(self, reason: str, tasks: list[asyncio.Task]) -> None:
+        """Queued events leave, tasks end, the socket closes (1000, or 1001 at shutdown)."""
+        if self.speech is not None:
+            self.speech.clear()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not self._outbox.empty() and not self.ws.closed and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for task in tasks:
+            task.cancel()
+        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
+        code = WSCloseCode.GOING_AWAY if reason == "server_shutdown" else WSCloseCode.OK
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
 
     @property
     def task_count(self) -> int:

@@ -13,7 +13,6 @@ Contract of :meth:`Session.close`: it never raises, every step has a deadline, a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -41,19 +40,17 @@ from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.ice import server_ice_servers
-from rtc_agent.server.session_end import announce_end, close_peer_connection, wait_tasks
+from rtc_agent.server.session_end import ClosingSession, announce_end, close_peer_connection, wait_tasks
 
 log = logging.getLogger(__name__)
 
 EVENT_QUEUE_LIMIT = 64
 WATCHDOG_PERIOD_S = 0.5
 METRICS_PERIOD_S = 2.0
-APP_CLOSE_TIMEOUT_S = 5.0  # the app's close (captions finish their final caption within final_drain_s)
 SIGNALING_TIMEOUT_S = 10.0  # applying the offer and gathering local candidates
 PC_CLOSE_TIMEOUT_S = 5.0
 TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
 ENDED_DRAIN_S = 0.5  # session.ended leaving the data channel
-CLOSE_WAIT_S = 20.0  # a second close() caller waiting for the first
 SESSION_CANDIDATES_FACTOR = 5  # a session takes at most this many PATCHes' worth of candidates
 CRITICAL_TASKS = frozenset({"events", "watchdog", "metrics", "audio-in", "video-in"})  # their crash ends it
 
@@ -67,7 +64,7 @@ async def drain(track: MediaStreamTrack) -> None:
         return
 
 
-class Session:
+class Session(ClosingSession):
     """A live WebRTC session. Create with :meth:`accept`; end with :meth:`close` (idempotent)."""
 
     def __init__(self, app_cls: type[App], config: dict[str, Any], *, settings: Settings, worker: Any,
@@ -318,46 +315,15 @@ class Session:
             self._closing_task = asyncio.get_running_loop().create_task(self.close(reason),
                                                                         name=f"{self.id}:close")
 
-    async def close(self, reason: str = "deleted") -> None:
-        """End the session and everything it owns. Safe to call more than once and from anywhere; never raises.
-
-        Each step has a deadline: the app's close (it can read :attr:`close_reason`), ``session.ended``, the
-        peer connection's close, the cancelled tasks' end. It always ends in state ``closed`` with
-        ``on_closed`` called. A second caller waits for the first (at most ``CLOSE_WAIT_S``).
-        """
-        if self.state in ("closing", "closed"):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), CLOSE_WAIT_S)
-            return
-        self.state = "closing"
-        self.close_reason = reason
-        log.info("session %s (%s) closing: %s", self.id, self.app_name, reason)
-        current = asyncio.current_task()
-        try:
-            try:
-                await asyncio.wait_for(self.app.close(), APP_CLOSE_TIMEOUT_S)
-            except Exception:
-                log.exception("session %s: app close failed", self.id)
-            if self.speech is not None:
-                self.speech.stop()
-            await announce_end(self.channel, reason, ENDED_DRAIN_S, name=self.id)  # the last event
-            tasks = [t for t in self._tasks if t is not current]
-            for task in tasks:
-                task.cancel()
-            # closing the peer connection ends the incoming tracks, so their readers return
-            await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=self.id)
-            await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
-        except Exception:
-            log.exception("session %s: closing failed", self.id)
-        finally:
-            for task in [t for t in self._tasks if t is not current]:
-                task.cancel()
-            self.state = "closed"
-            self._closed.set()
-            try:
-                self._on_closed(self)
-            except Exception:
-                log.exception("session %s: on_closed failed", self.id)
+    async def _end_transport(self, reason: str, tasks: list[asyncio.Task]) -> None:
+        if self.speech is not None:
+            self.speech.stop()
+        await announce_end(self.channel, reason, ENDED_DRAIN_S, name=self.id)  # the last event
+        for task in tasks:
+            task.cancel()
+        # closing the peer connection ends the incoming tracks, so their readers return
+        await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=self.id)
+        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
 
     @property
     def task_count(self) -> int:

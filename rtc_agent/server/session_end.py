@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiortc import RTCPeerConnection
@@ -87,3 +87,58 @@ async def wait_tasks(tasks: Iterable[asyncio.Task], timeout: float, *, name: str
     _, pending = await asyncio.wait(tasks, timeout=timeout)
     for task in pending:
         log.warning("session %s: task %s did not stop within %.1f s", name, task.get_name(), timeout)
+
+
+class ClosingSession:
+    """The close sequence every kind of session shares (WebRTC :class:`~rtc_agent.server.session.Session`, the
+    Realtime WebSocket session): safe to call more than once and from anywhere, never raises, each step bounded.
+
+    The app's close (it can read ``close_reason``), then :meth:`_end_transport` with the session's other tasks (the
+    subclass cancels them and closes its transport), then state ``closed`` and ``on_closed``. A second caller waits
+    for the first (at most ``close_wait_s``). Subclasses set ``id``, ``app``, ``app_name``, ``state``, ``_tasks``,
+    ``_closed`` and ``_on_closed``.
+    """
+
+    app_close_timeout_s = 5.0  # the app's close (captions finish their final caption within final_drain_s)
+    close_wait_s = 20.0
+    transport_name = ""
+
+    id: str
+    app: Any
+    app_name: str
+    state: str
+    close_reason: str | None
+    _tasks: set[asyncio.Task]
+    _closed: asyncio.Event
+    _on_closed: Callable[[Any], None]
+
+    async def _end_transport(self, reason: str, tasks: list[asyncio.Task]) -> None:
+        raise NotImplementedError
+
+    async def close(self, reason: str = "deleted") -> None:
+        """End the session and everything it owns (see the class docstring)."""
+        if self.state in ("closing", "closed"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), self.close_wait_s)
+            return
+        self.state = "closing"
+        self.close_reason = reason
+        log.info("session %s (%s%s) closing: %s", self.id, self.app_name, self.transport_name, reason)
+        current = asyncio.current_task()
+        try:
+            try:
+                await asyncio.wait_for(self.app.close(), self.app_close_timeout_s)
+            except Exception:
+                log.exception("session %s: app close failed", self.id)
+            await self._end_transport(reason, [t for t in self._tasks if t is not current])
+        except Exception:
+            log.exception("session %s: closing failed", self.id)
+        finally:
+            for task in [t for t in self._tasks if t is not current]:
+                task.cancel()
+            self.state = "closed"
+            self._closed.set()
+            try:
+                self._on_closed(self)
+            except Exception:
+                log.exception("session %s: on_closed failed", self.id)

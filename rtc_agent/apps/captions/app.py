@@ -16,7 +16,7 @@ import numpy as np
 
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, transcriber_config
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
@@ -112,8 +112,7 @@ class CaptionsApp(App):
         language = config["language"]
         self.transcriber = StreamingTranscriber(
             self._recognize, ctx.emit, ctx.spawn,
-            TranscriberConfig(language=None if language == "auto" else language,
-                              language_prior=config["language_prior"]),
+            transcriber_config(ctx.settings, None if language == "auto" else language, config["language_prior"]),
         )
         self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["vad_min_speech_ms"],
                                          min_silence_ms=config["vad_min_silence_ms"])

@@ -11,8 +11,8 @@ prefix; LocalAgreement-2 commits what two consecutive continuations agree on. Ev
 
 Finals: the utterance's whole audio (from ``preroll_ms`` before the VAD's start to ``tail_ms`` after its end),
 after up to ``context_s`` of the session's previous utterances, is decoded once more with no forced prefix, as
-offline transcription would (only the segments of this utterance are kept) (optionally with beam search,
-``final_beam_size``, and the session's previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). It
+offline transcription would (only the segments of this utterance are kept), with beam search
+(``final_beam_size``; optionally the session's previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). It
 starts at the first quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the
 final is usually ready; if speech resumes, it is discarded. A final never repeats the tail of the previous final
 (n-gram guard), a sentence of its own, or a run of three words or more said twice in a row (the decoder looping in
@@ -33,7 +33,6 @@ Language: a :class:`~rtc_agent.apps.captions.language.LanguageRule` keeps one la
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import logging
 import time
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.audio_ring import AudioRing
+from rtc_agent.apps.captions.context_cut import without_context
 from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.local_agreement import (
     LocalAgreement,
@@ -54,7 +54,7 @@ from rtc_agent.apps.captions.local_agreement import (
     strip_committed,
 )
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
-from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial, SpeechStarted, SpeechStopped
@@ -68,7 +68,7 @@ _segment_ids = itertools.count(1)
 #: Audio kept outside the utterance being decoded: the next one's pre-roll, and every utterance queued behind it.
 RECENT_S = 30.0
 
-__all__ = ["RECENT_S", "FinalCaption", "StreamingTranscriber", "TranscriberConfig"]
+__all__ = ["RECENT_S", "FinalCaption", "StreamingTranscriber", "TranscriberConfig", "transcriber_config"]
 
 
 @dataclass
@@ -84,22 +84,35 @@ class TranscriberConfig:
     preroll_ms: int = 200
     tail_ms: int = 150  # audio kept after the end of speech for the final decode
     # The final decode's beam (partials are greedy; 0: the engine's default) and the previous finals given to the
-    # decoder as context (0: none). Measured on the speech set (README): with Whisper base per utterance, beam 5
-    # was no better than greedy (13.7 against 13.0 % WER) and the previous finals as prompt made it copy earlier
-    # sentences (21 %), so both are off by default.
-    final_beam_size: int = 1
+    # decoder as context (0: none). Measured on the speech set (README), finals in virtual time with 8 s of audio
+    # context: beam 5 6.3 % WER against greedy 8.4 % (offline 5.2 %); the previous finals as the prompt made
+    # the decoder copy earlier sentences (21 %), and forcing them as the decoder prefix over their audio gave 9.9 %.
+    final_beam_size: int = 5
     prompt_chars: int = 0
     prompt_partials: bool = False
-    # The final decode also hears the session's previous utterances of the last ``context_s`` seconds (their audio,
-    # not their text) and keeps only the segments of this one: Whisper hears a voice better with more of it (on
-    # the speech set 10.4 against 12.8 % WER on espeak voices, 2.8 against 6.8 % on recorded speech). Utterances
-    # longer than ``context_max_utterance_s`` are decoded alone.
-    context_s: float = 8.0
+    # The final decode also hears the session's previous utterances (their audio, not their text; at most
+    # ``context_s`` seconds of audio with the utterance) and keeps only the text of this one (context_cut.py):
+    # Whisper hears a voice better with more of it. Measured on the speech set in virtual time with beam 5 (README):
+    # no context 8.4 % greedy, 8 s 6.3 %, 12 s 5.2 %, 16 s 4.8 % WER (offline 5.2 %). The span is cut so the decode
+    # fits ``final_budget_ms``, from the wall time per second of audio of the session's recent final decodes
+    # (queueing included: under load it shrinks). Utterances longer than ``context_max_utterance_s`` are decoded
+    # alone.
+    context_s: float = 16.0
+    final_budget_ms: int = 600
     context_max_utterance_s: float = 15.0
-    context_prefix: bool = False
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     max_finals: int = 10_000  # kept for export
+
+
+def transcriber_config(settings: Any, language: str | None, prior: str | None = None,
+                       **options: Any) -> TranscriberConfig:
+    """A config for ``language`` (None: auto, expecting ``prior``) with the server ``settings``' context and
+    final-decode budget (``captions_context_s``, ``captions_final_budget_ms``) and any other ``options``."""
+    return TranscriberConfig(language=language, language_prior=prior,
+                             context_s=float(getattr(settings, "captions_context_s", TranscriberConfig.context_s)),
+                             final_budget_ms=int(getattr(settings, "captions_final_budget_ms",
+                                                         TranscriberConfig.final_budget_ms)), **options)
 
 
 @dataclass
@@ -123,15 +136,6 @@ class _Queued:
 class _FinalResult:
     transcript: Transcript | None  # None: the decode failed (the final is what the partials committed)
     covered_ms: int
-
-
-def without_context(t: Transcript, context_s: float) -> Transcript:
-    """A transcript of context + utterance cut to the utterance: the segments whose middle lies after the first
-    ``context_s`` seconds, their times shifted to the utterance's audio."""
-    kept = [Segment(max(0.0, seg.start - context_s), max(0.0, seg.end - context_s), seg.text)
-            for seg in t.segments if (seg.start + seg.end) / 2 >= context_s]
-    return dataclasses.replace(t, text="".join(seg.text for seg in kept).strip(), segments=kept,
-                               audio_s=max(0.0, t.audio_s - context_s))
 
 
 class StreamingTranscriber:
@@ -166,6 +170,7 @@ class StreamingTranscriber:
         self._utterance_language: str | None = None
         self._last_language: str | None = self.config.language
         self._last_final_end_ms: int | None = None
+        self._final_rate: float | None = None  # recent final decodes: wall seconds per second of audio (an EMA)
         # numbers for stats()
         self.decodes = 0
         self.final_decodes = 0
@@ -346,11 +351,18 @@ class StreamingTranscriber:
                 break
         return " ".join(reversed(parts))[-self.config.prompt_chars:].lstrip()
 
-    def _context_start(self, target_ms: int) -> tuple[int, str] | None:
-        """Where the final decode's audio context starts: the pre-roll of the earliest previous final (same
-        language) that began within ``context_s`` before ``target_ms`` and is still in the kept audio; with the
+    def context_limit_s(self) -> float:
+        """The most audio (seconds, the utterance included) a final decode may hear: ``context_s``, less when
+        recent final decodes ran too slowly for ``final_budget_ms``."""
+        if self._final_rate is None:
+            return self.config.context_s
+        return max(0.0, min(self.config.context_s, self.config.final_budget_ms / 1000 / self._final_rate))
+
+    def _context(self, target_ms: int, limit_s: float) -> tuple[int, str] | None:
+        """The final decode's audio context: where it starts (the pre-roll of the earliest previous final of the
+        same language that began within ``limit_s`` before ``target_ms`` and is still in the kept audio) and the
         text of the finals from there on."""
-        lo = max(target_ms - int(self.config.context_s * 1000), self._recent.start_ms)
+        lo = max(target_ms - int(limit_s * 1000), self._recent.start_ms)
         start = None
         texts: list[str] = []
         for final in reversed(self.finals):
@@ -361,8 +373,6 @@ class StreamingTranscriber:
                     self._utterance_language is None or final.language == self._utterance_language):
                 start = begin
                 texts.append(final.text)
-            else:
-                break
         return (start, " ".join(reversed(texts))) if start is not None else None
 
     async def _decode(self, now_ms: int, final: bool) -> None:
@@ -373,26 +383,30 @@ class StreamingTranscriber:
             target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
             audio = audio[: max(0, (target - self._buffer_start_ms) * SAMPLE_RATE // 1000)]
             if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-                found = self._context_start(target)
+                found = self._context(target, self.context_limit_s())
                 if found is not None and found[0] < self._buffer_start_ms:
                     context = self._recent.slice(found[0], self._buffer_start_ms)
                     context_ms = len(context) * 1000 // SAMPLE_RATE
                     audio = np.concatenate([context, audio]) if context_ms else audio
-                    context_text = found[1] if context_ms and self.config.context_prefix else ""
+                    context_text = found[1]
         covered = self._buffer_start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         detect = self.rule.fixed is None and (final or self._utterance_language is None)
         request = TranscribeRequest(
             audio=audio, language=self._utterance_language, task=self.config.task,
             prompt=self._prompt() if final or self.config.prompt_partials else "",
-            prefix=context_text if final else " ".join(self._la.committed),
+            prefix="" if final else " ".join(self._la.committed),
             beam_size=(self.config.final_beam_size or None) if final else 1, detect_language=detect,
         )
         started = time.monotonic()
         try:
             transcript: Transcript | None = await self.recognize(request)
+            wall_s = time.monotonic() - started
             if not final:
-                self._last_decode_wall_ms = (time.monotonic() - started) * 1000
+                self._last_decode_wall_ms = wall_s * 1000
+            elif request.duration_s > 0:
+                rate = wall_s / request.duration_s
+                self._final_rate = rate if self._final_rate is None else 0.5 * (self._final_rate + rate)
         except AgentError as exc:
             if not self._error_reported:
                 self._error_reported = True
@@ -407,8 +421,8 @@ class StreamingTranscriber:
             self.final_decodes += int(final)
             self.decode_seconds += transcript.decode_s
         if final:
-            if transcript is not None and context_ms and not context_text:
-                transcript = without_context(transcript, context_ms / 1000)
+            if transcript is not None and context_ms:
+                transcript = without_context(transcript, context_ms / 1000, context_text)
             self._apply_final(transcript, covered)
         elif transcript is not None:
             self._apply(transcript, covered)

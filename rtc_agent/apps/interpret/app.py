@@ -82,7 +82,7 @@ class InterpretApp(App):
                 ctx.worker, ctx.emit, ctx.spawn, ctx.now_ms, source=config["source_language"],
                 prior=config["language_prior"], on_language=self._on_source_language,
                 threshold=getattr(s, "vad_threshold", 0.5), min_speech_ms=getattr(s, "vad_min_speech_ms", 200),
-                min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=ctx.observe)
+                min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=ctx.observe, settings=s)
         self.pipeline = build_pipeline(s, ctx.worker, config, self._emit, on_text=self._on_text, source=self.source)
         self.policy = self.pipeline.policy
         self.speaker: TranslationSpeaker | None = None

