@@ -4,7 +4,6 @@ a scripted worker stands in for the VAD and a busy ASR engine."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from typing import Any
 
@@ -12,8 +11,8 @@ import numpy as np
 import pytest
 
 from rtc_agent.apps.captions.app import CaptionsApp
-from rtc_agent.config import Settings
 from rtc_agent.engines.asr.base import Segment, Transcript
+from tests.app_context import ScriptedAppContext
 
 
 class ScriptedWorker:
@@ -32,41 +31,9 @@ class ScriptedWorker:
                           language_prob=1.0, prefix_applied=True, audio_s=audio_s)
 
 
-class CaptionsContext:
-    """The slice of a session the captions app uses, with a clock driven by the audio pushed."""
-
-    session_id = "sess_test"
-    speech = None
-
-    def __init__(self, worker: ScriptedWorker, **settings: Any) -> None:
-        self.worker = worker
-        self.settings = dataclasses.replace(Settings(), **settings)
-        self.events: list[Any] = []
-        self.tasks: list[asyncio.Task] = []
-        self.ms = 0
-        self.close_reason: str | None = None
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def emit(self, event: Any) -> None:
-        self.events.append(event)
-
-    def observe(self, stage: str, seconds: float) -> None:
-        pass
-
-    def spawn(self, coro: Any, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self.tasks.append(task)
-        return task
-
-    def types(self) -> list[str]:
-        return [e.type if e.type != "error" else f"error:{e.error.code}" for e in self.events]
-
-
-async def captions_closed_with(reason: str, asr_delay: float, **settings: Any) -> tuple[CaptionsContext, float]:
+async def captions_closed_with(reason: str, asr_delay: float, **settings: Any) -> tuple[ScriptedAppContext, float]:
     """Speak 1.5 s into a captions app, end it with ``reason``; the context and how long close() took."""
-    ctx = CaptionsContext(ScriptedWorker(asr_delay), **settings)
+    ctx = ScriptedAppContext(ScriptedWorker(asr_delay), **settings)
     app = CaptionsApp(ctx, CaptionsApp.validate_config({"vision": False, "language": "en"}, ctx.settings))
     await app.start()
     tone = (np.sin(np.arange(320) / 3) * 8000).astype(np.int16)

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.interpret import ChunkCutter, InterpretApp, InterpretPipeline, PolicyConfig, SimulPolicy
-from rtc_agent.config import Settings
 from rtc_agent.engines import st
 from rtc_agent.engines.asr.base import Segment, Transcript
 from rtc_agent.engines.st import Translation
 from rtc_agent.protocol.events import SessionUpdate
 from rtc_agent.worker import EngineSpec, Worker
+from tests.app_context import ScriptedAppContext
 from tests.test_interpret_policy import Scripted, _CountingVad, chunk
 
 SR = 16000
@@ -148,37 +148,11 @@ class ScriptedWorker:
                           audio_s=audio_s)
 
 
-class Context:
-    session_id = "sess_test"
-    speech = None
-    close_reason = "deleted"
-
-    def __init__(self) -> None:
-        self.worker = ScriptedWorker()
-        self.settings = dataclasses.replace(Settings(), st_engine="embedded")
-        self.events: list[Any] = []
-        self.tasks: list[asyncio.Task] = []
-        self.ms = 0
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def emit(self, event: Any) -> None:
-        self.events.append(event)
-
-    def observe(self, stage: str, seconds: float) -> None:
-        pass
-
-    def spawn(self, coro: Any, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self.tasks.append(task)
-        return task
-
-    def of(self, kind: str) -> list[Any]:
-        return [e for e in self.events if e.type == kind]
+def make_context() -> ScriptedAppContext:
+    return ScriptedAppContext(ScriptedWorker(), close_reason="deleted", st_engine="embedded")
 
 
-async def speak(app: InterpretApp, ctx: Context, seconds: float, loud: bool) -> None:
+async def speak(app: InterpretApp, ctx: ScriptedAppContext, seconds: float, loud: bool) -> None:
     tone = (np.sin(np.arange(320) / 3) * (8000 if loud else 0)).astype(np.int16)
     for _ in range(int(seconds * 50)):
         app.on_audio(tone, ctx.ms)
@@ -187,7 +161,7 @@ async def speak(app: InterpretApp, ctx: Context, seconds: float, loud: bool) -> 
 
 
 async def test_interpret_app_shows_the_source_with_captions_and_follows_their_language():
-    ctx = Context()
+    ctx = make_context()
     config = InterpretApp.validate_config({"source_text": True, "language_prior": "en-GB", "speak": False},
                                           ctx.settings)
     assert config["source_language"] == "auto" and config["language_prior"] == "en"
@@ -227,7 +201,7 @@ async def test_interpret_app_shows_the_source_with_captions_and_follows_their_la
 
 
 async def test_source_language_update_reaches_the_source_captions():
-    ctx = Context()
+    ctx = make_context()
     app = InterpretApp(ctx, InterpretApp.validate_config({"source_text": True, "speak": False},  # type: ignore
                                                          ctx.settings))
     await app.on_event(SessionUpdate(session={"source_language": "de"}))
@@ -239,7 +213,7 @@ async def test_source_language_update_reaches_the_source_captions():
 
 
 def test_cascade_and_no_source_text_make_no_source_captions():
-    ctx = Context()
+    ctx = make_context()
     app = InterpretApp(ctx, InterpretApp.validate_config({"speak": False}, ctx.settings))  # type: ignore
     assert app.source is None and app.policy.observe_languages
     ctx.settings = dataclasses.replace(ctx.settings, st_engine="cascade")
