@@ -235,10 +235,6 @@ class RealtimeSocketSession(ClosingSession):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
 
-    @property
-    def task_count(self) -> int:
-        return sum(1 for t in self._tasks if not t.done())
-
     def describe(self) -> dict[str, Any]:
         """State and live numbers for ``GET /v1/sessions/{id}``."""
         return {"session_id": self.id, "app": self.app_name, "transport": "websocket", "state": self.state,

@@ -325,10 +325,6 @@ class Session(ClosingSession):
         await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=self.id)
         await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
 
-    @property
-    def task_count(self) -> int:
-        return sum(1 for t in self._tasks if not t.done())
-
     # --- reporting ---
 
     def summary(self) -> dict[str, Any]:

@@ -115,6 +115,11 @@ class ClosingSession:
     async def _end_transport(self, reason: str, tasks: list[asyncio.Task]) -> None:
         raise NotImplementedError
 
+    @property
+    def task_count(self) -> int:
+        """The session's tasks still running."""
+        return sum(1 for t in self._tasks if not t.done())
+
     async def close(self, reason: str = "deleted") -> None:
         """End the session and everything it owns (see the class docstring)."""
         if self.state in ("closing", "closed"):
