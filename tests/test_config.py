@@ -44,6 +44,8 @@ def test_precedence_file_env_flags(tmp_path):
     ("port = 70000\n", "port must be"),
     ("ice_transport_policy = 'some'\n", "ice_transport_policy"),
     ("llm_precision = 'fp8'\n", "llm_precision must be one of auto, float32"),
+    ("captions_context_s = 60\n", "captions_context_s must be 0-20"),
+    ("captions_final_budget_ms = 0\n", "captions_final_budget_ms 100-10000"),
 ])
 def test_bad_settings_are_named(tmp_path, text, message):
     config = tmp_path / "bad.toml"
