@@ -95,7 +95,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     log.info("rtc-agent %s on http://%s:%d", __version__, settings.host, settings.port)
     web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
-                shutdown_timeout=10.0)
+                shutdown_timeout=settings.shutdown_timeout_s)  # requests still running after the drain
     return 0
 
 

@@ -73,6 +73,8 @@ def test_malformed_candidates_are_refused(line, why):
     "127.0.0.1", "127.1.2.3", "::1", "169.254.169.254", "169.254.0.1", "fe80::1", "febf::1", "fe80::1%eth0",
     "0.0.0.0", "0.1.2.3", "::", "224.0.0.251", "239.255.255.250", "ff02::1", "255.255.255.255",
     "::ffff:127.0.0.1", "::ffff:169.254.169.254", "::ffff:0.0.0.0", "::ffff:224.0.0.1",
+    # cloud metadata outside link-local, and IPv4 carried in NAT64, IPv4-compatible and 6to4 forms
+    "fd00:ec2::254", "100.100.100.200", "64:ff9b::a9fe:a9fe", "::7f00:1", "::a9fe:a9fe", "2002:a9fe:a9fe::1",
 ])
 def test_forbidden_addresses_are_dropped(address):
     assert forbidden_address(address)
@@ -85,7 +87,7 @@ def test_forbidden_addresses_are_dropped(address):
 
 @pytest.mark.parametrize("address", [
     "192.0.2.2", "10.0.0.1", "172.16.5.4", "192.168.1.20", "100.64.1.1", "100.127.255.254", "8.8.8.8",
-    "fd00::2", "2001:db8::1", "::ffff:8.8.8.8", MDNS,
+    "fd00::2", "2001:db8::1", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1", MDNS,
 ])
 def test_real_client_addresses_are_kept(address):
     assert not forbidden_address(address)

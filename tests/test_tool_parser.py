@@ -224,3 +224,17 @@ def test_reply_parser_finish_without_finish_reason_flushes() -> None:
     rp = reply_parser()
     rp.feed(ChatDelta(text='<tool_call>{"name": "a", "arguments": {}}'))
     assert [type(i).__name__ for i in rp.finish()] == ["ParsedToolCall"]
+
+
+@pytest.mark.parametrize("args", ["[" * 3000 + "]" * 3000, "1" * 5000])
+def test_hostile_arguments_are_a_parse_error_not_an_exception(args):
+    """Arguments nested deeper than Python recurses, or a number too long to convert, from a tagged call, a
+    string inside one, or a structured (OpenAI-style) call: an error item the agent reports, never a crash."""
+    body = "[" * 3000 + "]" * 3000
+    tagged = run([f'{OPEN_TAG}{{"name": "f", "arguments": {json.dumps(args)}}}{CLOSE_TAG}'])
+    deep = run([f"{OPEN_TAG}{body}{CLOSE_TAG}"])
+    structured = ReplyParser()
+    items = structured.feed(ChatDelta(tool_calls=[ToolCallDelta(index=0, id="c1", name="f", arguments=args)]))
+    items += structured.finish()
+    for got in (tagged, deep, items):
+        assert [type(i) for i in got] == [ToolCallParseError], got

@@ -6,16 +6,19 @@ float or int literal costs quadratic time). :func:`loads` refuses such documents
 
 1. a linear pre-scan, outside strings, of the bracket depth and of the longest run of number characters;
 2. ``json.loads`` with ``parse_int`` / ``parse_float`` / ``parse_constant`` hooks as a second guard (and
-   ``RecursionError`` caught), so a document the scan misjudged still cannot get through.
+   ``RecursionError`` caught), so a document the scan misjudged still cannot get through. A float literal that
+   overflows (``1e999``) is refused like the ``Infinity`` constant: it would parse to ``inf``, and a server
+   event echoing it (``pong.client_ts``) would carry ``Infinity``, which a browser's ``JSON.parse`` rejects.
 
 Contract: every failure is a :class:`ValueError`: :class:`JSONLimitError` for a limit (or a non-standard
-constant: ``NaN``, ``Infinity``), :class:`json.JSONDecodeError` for bad syntax, :class:`UnicodeDecodeError` for
-bytes that are not UTF-8/16/32. Nothing else escapes.
+constant: ``NaN``, ``Infinity``, or a number too large for a finite float), :class:`json.JSONDecodeError` for
+bad syntax, :class:`UnicodeDecodeError` for bytes that are not UTF-8/16/32. Nothing else escapes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -72,7 +75,10 @@ def loads(text: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH,
 
     def parse_float(literal: str) -> float:
         _check_number(literal, max_number_chars)
-        return float(literal)
+        value = float(literal)
+        if not math.isfinite(value):
+            raise JSONLimitError(f"the number {literal} is too large (not a finite float)")
+        return value
 
     def parse_constant(name: str) -> Any:
         raise JSONLimitError(f"{name} is not valid JSON")

@@ -7,8 +7,10 @@ A malformed candidate is refused (:class:`InvalidRequest`, code ``invalid_candid
 
 Well-formed candidates whose address the server must not probe are dropped quietly (counted, logged at debug):
 loopback, link-local (169.254.0.0/16 with the cloud metadata address, fe80::/10), unspecified and 0.0.0.0/8,
-multicast, the broadcast address, and the IPv4-mapped IPv6 forms of those. Carrier-grade NAT (100.64.0.0/10),
-private ranges and unique-local IPv6 stay allowed: real clients live there. ``allow_loopback=True`` (the
+multicast, the broadcast address, the cloud metadata addresses outside those ranges (AWS ``fd00:ec2::254``,
+Alibaba ``100.100.100.200``), and the IPv6 forms that carry an IPv4 address (IPv4-mapped, IPv4-compatible,
+NAT64 ``64:ff9b::/96``, 6to4) of any of those. Carrier-grade NAT (100.64.0.0/10), private ranges and
+unique-local IPv6 stay allowed: real clients live there. ``allow_loopback=True`` (the
 ``ice_allow_loopback_candidates`` setting) keeps them all. mDNS names are resolved later by aioice; what they
 resolve to is not checked here.
 """
@@ -37,6 +39,19 @@ _DIGITS = re.compile(r"[0-9]{1,10}")
 _MDNS = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.local", re.IGNORECASE)
 _ZERO_NET = ipaddress.ip_network("0.0.0.0/8")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
+_METADATA = frozenset(ipaddress.ip_address(a) for a in ("fd00:ec2::254", "100.100.100.200"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries (mapped, NAT64, 6to4 or the old IPv4-compatible form)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64 or (int(ip) >> 32 == 0 and int(ip) > 1):  # ::a.b.c.d (not :: or ::1)
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def forbidden_address(host: str) -> bool:
@@ -45,9 +60,11 @@ def forbidden_address(host: str) -> bool:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return False  # an mDNS name
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+    if ip in _METADATA:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and (inner := _embedded_ipv4(ip)) is not None:
+        ip = inner
+    if ip in _METADATA or ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
         return True
     return isinstance(ip, ipaddress.IPv4Address) and (ip in _ZERO_NET or ip == _BROADCAST)
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rtc_agent.engines.llm.base import partial_marker_len
+from rtc_agent.protocol import json_limits
 
 __all__ = [
     "CLOSE_TAG",
@@ -113,7 +114,7 @@ def _parse_call_object(obj: Any, raw: str, call_id: str) -> ParsedToolCall | Too
         args = {}
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
+            args = json_limits.loads(args) if args.strip() else {}
         except ValueError as exc:
             return ToolCallParseError(call_id, f"the arguments of {name} are not valid JSON: {exc}", raw, name)
     if not isinstance(args, dict):
@@ -133,7 +134,7 @@ def parse_call_body(body: str,
         return [ToolCallParseError(id_factory(), "empty <tool_call>", raw)]
     try:
         obj, end = json.JSONDecoder().raw_decode(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python recurses
         return [ToolCallParseError(id_factory(), f"malformed JSON in <tool_call>: {exc}", raw)]
     if text[end:].strip():
         return [ToolCallParseError(id_factory(), "unexpected text after the JSON in <tool_call>", raw)]
@@ -178,7 +179,7 @@ def untagged_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> li
         return None
     try:
         obj, end = json.JSONDecoder().raw_decode(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if body[end:].strip():
         return None
@@ -195,7 +196,7 @@ def untagged_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> li
             return None
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = json_limits.loads(args) if args.strip() else {}
             except ValueError:
                 return None
         if args is None:
@@ -454,7 +455,7 @@ class ReplyParser:
         if not call.name:
             return ToolCallParseError(call_id, "the structured tool call has no name", raw)
         try:
-            args = json.loads(raw) if raw.strip() else {}
+            args = json_limits.loads(raw) if raw.strip() else {}
         except ValueError as exc:
             return ToolCallParseError(call_id, f"the arguments of {call.name} are not valid JSON: {exc}", raw,
                                       call.name)
