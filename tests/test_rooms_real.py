@@ -66,7 +66,8 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
         await bea.wait_for("caption.final",
                            lambda e: e["speaker"]["name"] == "Alan" and "umbrella" in e["text"].lower(), timeout=60)
         await sofia.wait_for("caption.final", lambda e: e["speaker"]["name"] == "Bea", timeout=60)
-        await alan.wait_for("caption.final", lambda e: e["speaker"]["name"] == "Sofia", timeout=60)
+        for listener in (alan, bea):  # every participant reads everyone else
+            await listener.wait_for("caption.final", lambda e: e["speaker"]["name"] == "Sofia", timeout=60)
         emit = await bea.wait_for("translation.chunk", lambda e: e["action"] == "EMIT", timeout=60)
         assert emit["speaker"] == {"participant_id": sofia.session_id, "name": "Sofia"}
         await bea.wait_for("caption.translation", timeout=30)

@@ -190,6 +190,9 @@ class Room:
             self.registry.ended(self)
 
     def update(self, p: Participant) -> None:
+        info = self.transcript.participants.get(p.id)
+        if info is not None:  # the transcript names people as they are now called and speak
+            info.update(name=p.name, language=p.language)
         for other in self.participants.values():
             other.send(RoomParticipantUpdated(room=self.name, participant=p.public()))
         self.reconcile()
@@ -271,11 +274,13 @@ class Room:
 
     def on_translation(self, speaker: Participant, event: CaptionTranslation) -> None:
         self.transcript.add_translation(speaker.id, event.segment_id, event.language, event.text)
-        self.send_to_language(event.language, event, exclude=speaker.id)
+        self.send_to_language(event.language, event, exclude=speaker.id, captions_only=True)
 
-    def send_to_language(self, language: str, event: ServerEvent, *, exclude: str | None = None) -> None:
+    def send_to_language(self, language: str, event: ServerEvent, *, exclude: str | None = None,
+                         captions_only: bool = False) -> None:
+        """``event`` to the listeners of ``language`` (only those who want captions, with ``captions_only``)."""
         for p in self.participants.values():
-            if p.id != exclude and p.listen_language == language:
+            if p.id != exclude and p.listen_language == language and (p.captions or not captions_only):
                 p.send(event)
 
     def relay_signal(self, sender: Participant, to: str, kind: str, payload: Any) -> None:

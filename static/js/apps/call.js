@@ -309,7 +309,11 @@ export function mount({ client, log, devices, errors, $ }) {
 
   client.on("room.participant.updated", (ev) => {
     const info = ev.participant;
+    const before = participants.get(info.participant_id);
     participants.set(info.participant_id, info);
+    // A speaker who now speaks another language has a new interpretation (or none): its voice stays at full
+    // volume until that interpretation speaks.
+    if (before && before.language !== info.language && interpreted.delete(info.participant_id)) applyDucking();
     if (info.participant_id === myId) renderFlags(selfTile, info);
     else if (tiles.has(info.participant_id)) addTile(info);
   });
