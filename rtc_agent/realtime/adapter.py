@@ -6,7 +6,8 @@ app (:mod:`rtc_agent.protocol.events`), input audio bytes (WebSocket ``input_aud
 the output track (WebRTC ``output_audio_buffer.clear``). A refused event raises
 :class:`~rtc_agent.realtime.events.RealtimeError` carrying its ``event_id``; the transport sends
 :meth:`RealtimeAdapter.error` and goes on. ``session.update`` is validated whole before the app sees it, so the
-adapter's :class:`SessionConfig` and the app's config move together.
+adapter's :class:`SessionConfig` and the app's config move together; an update the app still refuses (its own
+limits: instructions length, tool schemas) is taken back when its ``error`` goes out (:meth:`RealtimeAdapter.error`).
 
 Server side: :meth:`RealtimeAdapter.server` turns one native event into stamped GA events
 (:mod:`rtc_agent.realtime.mapping`). Every GA event gets a fresh ``event_id``.
@@ -14,7 +15,9 @@ Server side: :meth:`RealtimeAdapter.server` turns one native event into stamped 
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +47,7 @@ RESPONSE_FIELDS = frozenset({"instructions", "max_output_tokens", "output_modali
 RESPONSE_IGNORED = frozenset({"audio", "reasoning", "parallel_tool_calls"})  # accepted, not applied
 RESPONSE_UNSUPPORTED = frozenset({"tools", "prompt"})
 MESSAGE_PARTS = {"user": ("input_text",), "system": ("input_text",), "assistant": ("output_text", "output_audio")}
+MAX_PENDING_UPDATES = 64  # session.update events the app has neither applied nor refused yet
 
 
 @dataclass
@@ -111,6 +115,9 @@ class RealtimeAdapter:
             Translator(lambda: self.config, session_id, take_audio=take_audio, expires_at=expires_at)
             if config.kind == "realtime" else
             TranscriptionTranslator(lambda: self.config, session_id, expires_at=expires_at))
+        #: session.update events handed to the app and not yet answered, by the native event's own id:
+        #: (the client's event_id, the config before it, the client's session object)
+        self._updates: OrderedDict[str, tuple[str | None, SessionConfig, dict[str, Any]]] = OrderedDict()
 
     @staticmethod
     def stamp(event: dict[str, Any]) -> dict[str, Any]:
@@ -118,11 +125,32 @@ class RealtimeAdapter:
 
     def server(self, event: ServerEvent) -> list[dict[str, Any]]:
         """The stamped GA events for one native server event."""
-        return [self.stamp(e) for e in self.translator.translate(event)]
+        if event.type == "session.updated" and self._updates:  # the app applied the oldest update
+            self._updates.popitem(last=False)
+        out = [self.stamp(e) for e in self.translator.translate(event)]
+        for e in out:
+            if e["type"] == "error" and e["error"].get("event_id") in self._updates:
+                e["error"]["event_id"] = self._refused(e["error"]["event_id"])
+        return out
 
     def error(self, exc: Exception, event_id: str | None = None) -> dict[str, Any]:
-        """The stamped GA ``error`` event for ``exc`` (``event_id``: the client event at fault)."""
-        return self.stamp(error_body(exc, event_id))
+        """The stamped GA ``error`` event for ``exc`` (``event_id``: the client event at fault, or the id of a
+        native ``session.update`` the app refused: the session config goes back to what the app has)."""
+        return self.stamp(error_body(exc, self._refused(event_id)))
+
+    def _refused(self, event_id: str | None) -> str | None:
+        """The client's ``event_id`` for ``event_id``; when it names a pending ``session.update``, that update
+        is taken back: the config is rebuilt from the one before it with the later pending updates reapplied
+        (each of those is answered by the app in turn, and taken back too if refused)."""
+        if event_id not in self._updates:
+            return event_id
+        client_id, config, _ = self._updates.pop(event_id)
+        for ref, (later_id, _before, update) in list(self._updates.items()):
+            self._updates[ref] = (later_id, config, update)
+            with contextlib.suppress(RealtimeError):
+                config = config.updated(update)
+        self.config = config
+        return client_id
 
     def client(self, raw: str | bytes) -> ClientAction:
         """Check one client message; see :class:`ClientAction`. Raises :class:`RealtimeError`."""
@@ -139,9 +167,14 @@ class RealtimeAdapter:
         kind, event_id = data["type"], data.get("event_id")
         realtime = self.config.kind == "realtime"
         if kind == "session.update":
-            before, self.config = self.config, self.config.updated(data["session"])
-            update = self.config.native_update(before, self.settings)
-            return ClientAction(native=[SessionUpdate(session=update, event_id=event_id)])
+            before, after = self.config, self.config.updated(data["session"])
+            update = after.native_update(before, self.settings)
+            # the config moves now (later events use it); if the app refuses the update, _refused takes it back
+            self.config, ref = after, new_id("event")
+            self._updates[ref] = (event_id, before, data["session"])
+            while len(self._updates) > MAX_PENDING_UPDATES:
+                self._updates.popitem(last=False)
+            return ClientAction(native=[SessionUpdate(session=update, event_id=ref)])
         if kind == "input_audio_buffer.append":
             if self.transport != "websocket":
                 raise RealtimeError("over WebRTC the input audio travels on the audio track, not in events",
