@@ -146,13 +146,14 @@ class Settings:
     asr_device: str = _opt("cpu", "Device of the embedded ASR engine: cpu, cuda or auto.", "engines")
     asr_compute_type: str = _opt("default", "CTranslate2 compute type (int8, float16, int8_float16, ...); default "
                                             "= int8 on CPU, float16 on CUDA.", "engines")
-    asr_threads: int = _opt(0, "CPU threads of the embedded ASR engine (0 = all cores).", "engines")
+    asr_threads: int = _opt(0, "CPU threads of each embedded ASR decode; two run at once (0 = auto: half the "
+                                  "cores each, at least 1).", "engines")
     asr_language: str = _opt("auto", "Spoken language for captions: a Whisper code such as en, or auto.", "engines")
     captions_context_s: float = _opt(
         16.0, "Most seconds of a session's earlier speech the final decode of a caption also hears (more: closer to "
               "offline accuracy, slower finals; 0: none).", "engines")
     captions_final_budget_ms: int = _opt(
-        600, "Time a caption's final decode may take: the earlier speech it hears is cut to fit, from how fast "
+        450, "Time a caption's final decode may take: the earlier speech it hears is cut to fit, from how fast "
              "recent final decodes ran (under load it hears less, so sessions stay real time).", "engines")
     asr_api_key: str = _opt("", "API key for the remote ASR server.", "engines", secret=True)
     vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")

@@ -175,6 +175,29 @@ async def test_final_reuses_a_decode_that_covered_the_end():
     assert [f.text for f in h.of("caption.final")] == ["One, two, three."]
 
 
+async def test_a_final_does_not_wait_for_a_partial_in_flight():
+    """A partial decode still running when the tail after the pause has arrived (a busy engine): the final decode
+    starts beside it, marked urgent for the worker, and the late partial changes nothing."""
+    rec = ScriptedRecognizer([hyp("one"), hyp("one two")], finals=[hyp("One, two, three.")], delay=0.5)
+    h = Harness(rec, decode_interval_ms=400)
+    h.audio(400)
+    h.transcriber.on_speech(SpeechEvent("start", 100), h.ms)  # a partial decode starts (it takes 0.5 s)
+    h.audio(300)
+    pause = h.ms
+    h.transcriber.on_speech(SpeechEvent("pause", pause), h.ms)
+    h.audio(200)
+    h.transcriber.poll(h.ms)
+    await asyncio.sleep(0.05)
+    assert [rec.is_final(r) for r in rec.requests] == [False, True]  # both in flight
+    assert not all(t.done() for t in h.tasks)
+    assert not rec.requests[0].urgent and rec.requests[1].urgent
+    h.transcriber.on_speech(SpeechEvent("end", pause), h.ms)
+    await h.settle()
+    h.transcriber.poll(h.ms)
+    assert [f.text for f in h.of("caption.final")] == ["One, two, three."]
+    assert len(rec.requests) == 2
+
+
 async def test_the_first_decode_starts_when_speech_is_confirmed():
     rec = ScriptedRecognizer([hyp("good"), hyp("good morning")])
     h = Harness(rec, decode_interval_ms=400)

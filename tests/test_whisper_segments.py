@@ -34,3 +34,20 @@ def test_a_segment_starting_at_the_end_of_the_audio_is_dropped() -> None:
     early = duration - LATE_SEGMENT_S - 0.2
     tokens = [1, ts(early), ts(early), 4, FakeTokenizer.eot]
     assert [s.text for s in WhisperEngine._segments(FakeTokenizer(), tokens, duration)] == [" w1", " w4"]
+
+
+def test_decode_threads_share_the_cores_between_parallel_decodes(monkeypatch):
+    import os
+
+    from rtc_agent.config import Settings
+    from rtc_agent.engines.asr import engine_spec
+    from rtc_agent.engines.asr.whisper import PARALLEL_DECODES, decode_threads
+
+    assert decode_threads(3) == 3  # configured
+    for cores, each in ((1, 1), (2, 1), (4, 2), (16, 8)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)), raising=False)
+        assert decode_threads(0) == each
+    spec = engine_spec(Settings())
+    assert spec.concurrency == PARALLEL_DECODES == 2  # the worker runs as many batches as the engine decodes
+    engine = spec.factory()
+    assert engine.parallel == PARALLEL_DECODES

@@ -131,6 +131,27 @@ async def test_max_batch_one_runs_requests_singly(worker: Worker) -> None:
     assert engine.batches == [[0], [1], [2]]
 
 
+async def test_urgent_requests_are_taken_before_the_others(worker: Worker) -> None:
+    """While a batch runs, the queue fills; urgent requests (a caption's final) go out first, in their order."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Req:
+        name: str
+        urgent: bool = False
+
+    gate = threading.Event()
+    engine = make(worker, FakeEngine(gate=gate), max_batch=2)
+    first = asyncio.ensure_future(worker.call("fake", Req("running")))
+    await wait_until(engine.started.is_set)
+    later = [Req("p1"), Req("f1", urgent=True), Req("p2"), Req("f2", urgent=True), Req("p3")]
+    calls = [asyncio.ensure_future(worker.call("fake", r)) for r in later]
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(first, *calls)
+    assert [[r.name for r in b] for b in engine.batches] == [["running"], ["f1", "f2"], ["p1", "p2"], ["p3"]]
+
+
 async def test_queue_bound_rejects_with_engine_overloaded(worker: Worker) -> None:
     gate = threading.Event()
     engine = make(worker, FakeEngine(gate=gate), max_queue=2)

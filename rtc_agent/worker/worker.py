@@ -4,6 +4,7 @@ One :class:`Worker` per server (per event loop). For each registered engine it k
 
 - a bounded request queue (``EngineSpec.max_queue``); a call that finds it full fails at once with
   ``AtCapacity(code="engine_overloaded")``, so overload turns into fast, clear errors, not growing latency;
+  requests with a true ``urgent`` attribute (a caption's final decode) are taken before the others;
 - one dispatcher task that takes requests from that queue, merges requests from any sessions into batches
   of up to ``max_batch`` (waiting up to ``batch_window_ms`` for a batch to fill) and starts at most
   ``concurrency`` batches at once;
@@ -22,7 +23,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -99,7 +100,9 @@ class _Pending:
 
 
 class _RequestQueue:
-    """A bounded FIFO of pending requests with a single consumer (the dispatcher).
+    """A bounded queue of pending requests with a single consumer (the dispatcher): urgent requests (a request
+    whose ``urgent`` attribute is true: a result a person is waiting for, such as a caption's final decode) come
+    out before the others, each kind in arrival order.
 
     Requests whose caller has gone (future done: cancelled or timed out) are skipped by ``get`` and purged
     when the queue is full, so abandoned requests never hold queue slots or reach the engine.
@@ -107,41 +110,50 @@ class _RequestQueue:
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
+        self._urgent: deque[_Pending] = deque()
         self._items: deque[_Pending] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._urgent) + len(self._items)
+
+    def _all(self) -> Iterator[_Pending]:
+        yield from self._urgent
+        yield from self._items
 
     def live(self) -> int:
         """Requests still waiting for a caller."""
-        return sum(1 for p in self._items if not p.future.done())
+        return sum(1 for p in self._all() if not p.future.done())
 
     def oldest_age(self, now: float) -> float:
         """Seconds the oldest live request has waited (0.0 when none)."""
-        return next((max(0.0, now - p.enqueued) for p in self._items if not p.future.done()), 0.0)
+        ages = [now - p.enqueued for p in self._all() if not p.future.done()]
+        return max(0.0, max(ages)) if ages else 0.0
 
     def put_nowait(self, pending: _Pending) -> bool:
         """Queue ``pending``; False when the queue is full of live requests."""
-        if len(self._items) >= self.maxsize:
+        if len(self) >= self.maxsize:
+            self._urgent = deque(p for p in self._urgent if not p.future.done())
             self._items = deque(p for p in self._items if not p.future.done())
-            if len(self._items) >= self.maxsize:
+            if len(self) >= self.maxsize:
                 return False
-        self._items.append(pending)
+        (self._urgent if getattr(pending.request, "urgent", False) else self._items).append(pending)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
         return True
 
     def get_nowait(self) -> _Pending | None:
-        """The oldest live request, or None."""
-        while self._items:
-            pending = self._items.popleft()
-            if not pending.future.done():
-                return pending
+        """The oldest live urgent request, else the oldest live other one, or None."""
+        for items in (self._urgent, self._items):
+            while items:
+                pending = items.popleft()
+                if not pending.future.done():
+                    return pending
         return None
 
     async def get(self, timeout: float | None = None) -> _Pending | None:
-        """The oldest live request, waiting up to ``timeout`` seconds (forever if None); None on timeout."""
+        """The next live request (see :meth:`get_nowait`), waiting up to ``timeout`` seconds (forever if None);
+        None on timeout."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -164,7 +176,8 @@ class _RequestQueue:
 
     def drain(self) -> list[_Pending]:
         """Remove and return everything queued."""
-        items = list(self._items)
+        items = list(self._all())
+        self._urgent.clear()
         self._items.clear()
         return items
 

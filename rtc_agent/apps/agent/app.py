@@ -258,7 +258,7 @@ class AgentApp(ClientEvents, App):
         language = self.config["language"]
         try:
             transcript = await self.ctx.worker.call("asr", TranscribeRequest(
-                audio, language=None if language == "auto" else language))
+                audio, language=None if language == "auto" else language, urgent=True))
         except AgentError as exc:
             await turn.confirmed.wait()
             self.ctx.emit(error_event(exc))

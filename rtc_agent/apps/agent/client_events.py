@@ -202,7 +202,7 @@ class ClientEvents:
         language = self.config["language"]
         try:
             transcript = await self.ctx.worker.call("asr", TranscribeRequest(
-                audio, language=None if language == "auto" else language))
+                audio, language=None if language == "auto" else language, urgent=True))
         except AgentError as exc:
             self.ctx.emit(error_event(exc))
             return

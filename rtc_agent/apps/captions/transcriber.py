@@ -9,17 +9,18 @@ every ``decode_interval_ms`` of audio, one decode at a time, with the committed 
 prefix; LocalAgreement-2 commits what two consecutive continuations agree on. Every decode yields a
 ``caption.partial`` (committed text never changes once sent).
 
-Finals: the utterance's whole audio (from ``preroll_ms`` before the VAD's start to ``tail_ms`` after its end),
-after up to ``context_s`` of the session's previous utterances, is decoded once more with no forced prefix, as
-offline transcription would (only the segments of this utterance are kept), with beam search
-(``final_beam_size``; optionally the session's previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). It
-starts at the first quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the
-final is usually ready; if speech resumes, it is discarded. A final never repeats the tail of the previous final
-(n-gram guard), a sentence of its own, or a run of three words or more said twice in a row (the decoder looping in
-the padding after the speech; partials are cleaned the same way). Past ``trim_after_s`` the buffer is cut at the
-end of a committed segment (a final caption for what precedes it); past ``hard_limit_s`` without such a boundary
-everything recognized so far becomes final. Results that look like silence (Whisper's no-speech rule) or loops
-(compression ratio) are dropped.
+Finals: the utterance's whole audio (from ``preroll_ms`` before the VAD's start to ``tail_ms`` after its end), after
+up to ``context_s`` of the session's previous utterances, is decoded once more with no forced prefix, as offline
+transcription would (only the segments of this utterance are kept), with beam search (``final_beam_size``;
+optionally the session's previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). It starts at the first
+quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the final is usually
+ready; if speech resumes, it is discarded. A final decode never waits for a partial decode still running, and it is
+``urgent`` for the worker (served before the partials of every session). A final never repeats the tail of the
+previous final (n-gram guard), a sentence of its own, or a run of three words or more said twice in a row (the
+decoder looping in the padding after the speech; partials are cleaned the same way). Past ``trim_after_s`` the
+buffer is cut at the end of a committed segment (a final caption for what precedes it); past ``hard_limit_s``
+without such a boundary everything recognized so far becomes final. Results that look like silence (Whisper's
+no-speech rule) or loops (compression ratio) are dropped.
 
 Under load: utterances that start while the previous one still waits for its final decode queue up (their audio
 is kept, up to ``RECENT_S``) and each gets its own final, in order; an utterance whose end is known is never
@@ -98,7 +99,7 @@ class TranscriberConfig:
     # (queueing included: under load it shrinks). Utterances longer than ``context_max_utterance_s`` are decoded
     # alone.
     context_s: float = 16.0
-    final_budget_ms: int = 600
+    final_budget_ms: int = 450
     context_max_utterance_s: float = 15.0
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
@@ -161,7 +162,8 @@ class StreamingTranscriber:
         self._ending_at: int | None = None
         self._pause_at: int | None = None  # the quiet in progress (speech may resume)
         self._final: _FinalResult | None = None
-        self._decoding: asyncio.Task | None = None
+        self._decoding: asyncio.Task | None = None  # a partial decode in flight
+        self._final_decoding: asyncio.Task | None = None  # a final decode in flight (never waits for a partial)
         self._want_decode = False
         self._last_decode_at_ms = 0
         self._last_decode_wall_ms = 0.0
@@ -288,7 +290,7 @@ class StreamingTranscriber:
         that waited)."""
         for _ in range(len(self._queue) + 2):
             self._begin_queued()
-            if not self._active or (self._decoding is not None and not self._decoding.done()):
+            if not self._active or self._running(self._final_decoding):
                 return
             if self._ending_at is None:
                 break
@@ -299,16 +301,22 @@ class StreamingTranscriber:
             return
         if not self._active or self._ending_at is not None:
             return
-        if self._pause_at is not None:
+        if self._pause_at is not None:  # (no final decode is running: see above)
             at = self._pause_at + self.config.tail_ms
             if (self._final is None or self._final.covered_ms < at) and self._buffer_end_ms >= at:
                 self._start_decode(now_ms, final=True)  # speculative: ready when the VAD confirms the end
             return
         if self._utterance_language is None and self.buffer_ms < self.rule.config.min_audio_s * 1000:
             return  # the language is not known yet: nothing is decoded (or labelled) from too little audio
+        if self._running(self._decoding):
+            return
         due = now_ms - self._last_decode_at_ms >= self.decode_interval_ms
         if (due or self._want_decode) and self.buffer_ms >= self.config.min_decode_ms:
             self._start_decode(now_ms, final=False)
+
+    @staticmethod
+    def _running(task: asyncio.Task | None) -> bool:
+        return task is not None and not task.done()
 
     def _final_target_ms(self) -> int:
         """The audio a final decode must cover: to the end of speech plus the tail (or all there is)."""
@@ -332,9 +340,12 @@ class StreamingTranscriber:
 
     def _start_decode(self, now_ms: int, *, final: bool) -> None:
         self._want_decode = False
-        if not final:
+        task = self.spawn(self._decode(now_ms, final), "captions-decode")
+        if final:
+            self._final_decoding = task
+        else:
             self._last_decode_at_ms = now_ms
-        self._decoding = self.spawn(self._decode(now_ms, final), "captions-decode")
+            self._decoding = task
 
     def _prompt(self) -> str:
         """The session's previous finals in this utterance's language: the decoder's context."""
@@ -397,6 +408,7 @@ class StreamingTranscriber:
             prompt=self._prompt() if final or self.config.prompt_partials else "",
             prefix="" if final else " ".join(self._la.committed),
             beam_size=(self.config.final_beam_size or None) if final else 1, detect_language=detect,
+            urgent=final,
         )
         started = time.monotonic()
         try:
@@ -413,7 +425,10 @@ class StreamingTranscriber:
                 self.emit(error_event(exc))
             transcript = None
         finally:
-            self._decoding = None
+            if final:
+                self._final_decoding = None
+            else:
+                self._decoding = None
         if utterance != self._utterance:
             return
         if transcript is not None:

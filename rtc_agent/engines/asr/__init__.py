@@ -14,14 +14,16 @@ def engine_spec(settings: Any, name: str = "asr") -> EngineSpec:
     """The ASR engine chosen by ``asr_engine``: ``embedded`` (faster-whisper) or ``openai`` (remote)."""
     kind = settings.asr_engine
     if kind == "embedded":
-        from rtc_agent.engines.asr.whisper import WhisperEngine
+        from rtc_agent.engines.asr.whisper import PARALLEL_DECODES, WhisperEngine
 
         def factory() -> WhisperEngine:
             return WhisperEngine(settings.asr_model, cache_dir=settings.cache_dir, device=settings.asr_device,
-                                 compute_type=settings.asr_compute_type, threads=settings.asr_threads)
+                                 compute_type=settings.asr_compute_type, threads=settings.asr_threads,
+                                 parallel=PARALLEL_DECODES)
 
-        # One decoder thread (CTranslate2 uses every core itself); up to 8 sessions share one batch.
-        return EngineSpec(name=name, factory=factory, max_queue=64, max_batch=8, batch_window_ms=5.0)
+        # Two batches at once (each on its share of the cores: whisper.decode_threads); up to 8 sessions a batch.
+        return EngineSpec(name=name, factory=factory, max_queue=64, max_batch=8, batch_window_ms=5.0,
+                          concurrency=PARALLEL_DECODES)
     if kind == "openai":
         from rtc_agent.engines.asr.openai import OpenAIASREngine
 

@@ -21,6 +21,8 @@ class TranscribeRequest:
     earlier text for context. ``prefix`` is text the result must continue (the words a streaming policy has
     already committed for this audio); engines that cannot force a prefix return the whole text and say so with
     ``Transcript.prefix_applied = False``. ``full_window`` asks for Whisper's 30 s window (the reference path).
+    ``urgent`` marks a result a person is waiting for (a caption's final, an agent's turn): the worker serves it
+    before the others (partials) in the engine's queue.
     """
 
     audio: np.ndarray
@@ -31,6 +33,7 @@ class TranscribeRequest:
     full_window: bool = False
     beam_size: int | None = None
     detect_language: bool = False
+    urgent: bool = False
 
     @property
     def duration_s(self) -> float:
