@@ -46,6 +46,7 @@ import numpy as np
 
 from rtc_agent.apps.audio_ring import AudioRing
 from rtc_agent.apps.captions.context_cut import without_context
+from rtc_agent.apps.captions.earlier_finals import EarlierFinals, FinalCaption
 from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.local_agreement import (
     LocalAgreement,
@@ -117,15 +118,6 @@ def transcriber_config(settings: Any, language: str | None, prior: str | None = 
 
 
 @dataclass
-class FinalCaption:
-    segment_id: str
-    text: str
-    start_ms: int
-    end_ms: int
-    language: str | None
-
-
-@dataclass
 class _Queued:
     """An utterance the VAD found while the one before it was still waiting for its final."""
 
@@ -147,7 +139,8 @@ class StreamingTranscriber:
         self.spawn = spawn
         self.config = config or TranscriberConfig()
         self.rule = LanguageRule(fixed=self.config.language, prior=self.config.language_prior)
-        self.finals: deque[FinalCaption] = deque(maxlen=self.config.max_finals)
+        self.earlier = EarlierFinals(context_s=self.config.context_s, budget_ms=self.config.final_budget_ms,
+                                     preroll_ms=self.config.preroll_ms, max_finals=self.config.max_finals)
         self._recent = AudioRing(RECENT_S)
         self._queue: deque[_Queued] = deque()
         self._chunks: list[np.ndarray] = []
@@ -172,7 +165,6 @@ class StreamingTranscriber:
         self._utterance_language: str | None = None
         self._last_language: str | None = self.config.language
         self._last_final_end_ms: int | None = None
-        self._final_rate: float | None = None  # recent final decodes: wall seconds per second of audio (an EMA)
         # numbers for stats()
         self.decodes = 0
         self.final_decodes = 0
@@ -347,44 +339,14 @@ class StreamingTranscriber:
             self._last_decode_at_ms = now_ms
             self._decoding = task
 
-    def _prompt(self) -> str:
-        """The session's previous finals in this utterance's language: the decoder's context."""
-        if self.config.prompt_chars <= 0:
-            return ""
-        parts: list[str] = []
-        size = 0
-        for final in reversed(self.finals):
-            if final.language != self._utterance_language and self._utterance_language is not None:
-                break
-            parts.append(final.text)
-            size += len(final.text) + 1
-            if size >= self.config.prompt_chars:
-                break
-        return " ".join(reversed(parts))[-self.config.prompt_chars:].lstrip()
+    @property
+    def finals(self) -> deque[FinalCaption]:
+        """The session's finals so far (kept for export)."""
+        return self.earlier.finals
 
     def context_limit_s(self) -> float:
-        """The most audio (seconds, the utterance included) a final decode may hear: ``context_s``, less when
-        recent final decodes ran too slowly for ``final_budget_ms``."""
-        if self._final_rate is None:
-            return self.config.context_s
-        return max(0.0, min(self.config.context_s, self.config.final_budget_ms / 1000 / self._final_rate))
-
-    def _context(self, target_ms: int, limit_s: float) -> tuple[int, str] | None:
-        """The final decode's audio context: where it starts (the pre-roll of the earliest previous final of the
-        same language that began within ``limit_s`` before ``target_ms`` and is still in the kept audio) and the
-        text of the finals from there on."""
-        lo = max(target_ms - int(limit_s * 1000), self._recent.start_ms)
-        start = None
-        texts: list[str] = []
-        for final in reversed(self.finals):
-            begin = final.start_ms - self.config.preroll_ms
-            if begin < lo:
-                break
-            if final.end_ms <= self._buffer_start_ms + self.config.preroll_ms and (
-                    self._utterance_language is None or final.language == self._utterance_language):
-                start = begin
-                texts.append(final.text)
-        return (start, " ".join(reversed(texts))) if start is not None else None
+        """The most audio (seconds, the utterance included) a final decode may hear now."""
+        return self.earlier.limit_s()
 
     async def _decode(self, now_ms: int, final: bool) -> None:
         audio = self._audio()
@@ -394,7 +356,8 @@ class StreamingTranscriber:
             target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
             audio = audio[: max(0, (target - self._buffer_start_ms) * SAMPLE_RATE // 1000)]
             if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-                found = self._context(target, self.context_limit_s())
+                found = self.earlier.span(target, self._recent.start_ms, self._buffer_start_ms,
+                                          self._utterance_language)
                 if found is not None and found[0] < self._buffer_start_ms:
                     context = self._recent.slice(found[0], self._buffer_start_ms)
                     context_ms = len(context) * 1000 // SAMPLE_RATE
@@ -405,7 +368,8 @@ class StreamingTranscriber:
         detect = self.rule.fixed is None and (final or self._utterance_language is None)
         request = TranscribeRequest(
             audio=audio, language=self._utterance_language, task=self.config.task,
-            prompt=self._prompt() if final or self.config.prompt_partials else "",
+            prompt=(self.earlier.prompt(self._utterance_language, self.config.prompt_chars)
+                    if final or self.config.prompt_partials else ""),
             prefix="" if final else " ".join(self._la.committed),
             beam_size=(self.config.final_beam_size or None) if final else 1, detect_language=detect,
             urgent=final,
@@ -416,9 +380,8 @@ class StreamingTranscriber:
             wall_s = time.monotonic() - started
             if not final:
                 self._last_decode_wall_ms = wall_s * 1000
-            elif request.duration_s > 0:
-                rate = wall_s / request.duration_s
-                self._final_rate = rate if self._final_rate is None else 0.5 * (self._final_rate + rate)
+            else:
+                self.earlier.decoded(wall_s, request.duration_s)
         except AgentError as exc:
             if not self._error_reported:
                 self._error_reported = True
@@ -556,7 +519,7 @@ class StreamingTranscriber:
         t = self._final.transcript if self._final is not None else None
         words = t.text.split() if t is not None and self._usable(t) and t.text.strip() else streamed
         text = drop_repeated_sentences(drop_loops(" ".join(words)))
-        previous = self.finals[-1] if self.finals else None
+        previous = self.earlier.last
         if previous is not None:
             # audio shared with the previous utterance (its pre-roll) may repeat a word or two of it; longer
             # repeats of its tail are the decoder copying its context
@@ -593,7 +556,7 @@ class StreamingTranscriber:
         self.emit(CaptionFinal(segment_id=segment_id, text=text, audio_start_ms=start_ms, audio_end_ms=end_ms,
                                language=language, behind_ms=self._behind_ms(end_ms)))
         if text:
-            self.finals.append(FinalCaption(segment_id, text, start_ms, end_ms, language))
+            self.earlier.add(FinalCaption(segment_id, text, start_ms, end_ms, language))
         self._last_final_end_ms = end_ms
 
     def flush(self, now_ms: int) -> None:

@@ -1,0 +1,96 @@
+"""``EarlierFinals``: a session's finals so far, and what a new final decode hears of them.
+
+A final decode hears the session's earlier speech (its audio) besides the utterance, as much as fits a time budget
+at the speed recent final decodes ran; optionally their text as Whisper's ``initial_prompt``. This module keeps the
+finals and that speed, and picks the span: it knows nothing of audio buffers or recognizers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["EarlierFinals", "FinalCaption"]
+
+
+@dataclass
+class FinalCaption:
+    segment_id: str
+    text: str
+    start_ms: int
+    end_ms: int
+    language: str | None
+
+
+class EarlierFinals:
+    """The finals of one session (at most ``max_finals``) and the speed of its recent final decodes.
+
+    ``context_s``: the most audio (seconds, the utterance included) a final decode may hear; ``budget_ms``: the
+    time a final decode may take; ``preroll_ms``: audio each final's decode began before its start.
+    """
+
+    def __init__(self, *, context_s: float, budget_ms: int, preroll_ms: int, max_finals: int) -> None:
+        self.context_s = context_s
+        self.budget_ms = budget_ms
+        self.preroll_ms = preroll_ms
+        self.finals: deque[FinalCaption] = deque(maxlen=max_finals)
+        self.rate: float | None = None  # recent final decodes: wall seconds per second of audio (an EMA)
+
+    def __len__(self) -> int:
+        return len(self.finals)
+
+    @property
+    def last(self) -> FinalCaption | None:
+        return self.finals[-1] if self.finals else None
+
+    def add(self, final: FinalCaption) -> None:
+        self.finals.append(final)
+
+    def decoded(self, wall_s: float, audio_s: float) -> None:
+        """A final decode of ``audio_s`` seconds took ``wall_s`` (queueing included: under load it shrinks the
+        next span)."""
+        if audio_s > 0:
+            rate = wall_s / audio_s
+            self.rate = rate if self.rate is None else 0.5 * (self.rate + rate)
+
+    def limit_s(self) -> float:
+        """The most audio (seconds, the utterance included) a final decode may hear: ``context_s``, less when
+        recent final decodes ran too slowly for ``budget_ms``."""
+        if self.rate is None:
+            return self.context_s
+        return max(0.0, min(self.context_s, self.budget_ms / 1000 / self.rate))
+
+    def span(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
+             language: str | None) -> tuple[int, str] | None:
+        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech, and the text of
+        the finals from there on: the pre-roll of the earliest of the latest finals in ``language`` (any, when None;
+        a final in another language ends the run: its speech would be decoded in the wrong language) that began
+        within :meth:`limit_s` before ``target_ms``, at or after ``kept_from_ms`` (the audio still kept), and ended
+        before the utterance's own audio (from ``utterance_from_ms``). None when no final qualifies."""
+        lo = max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
+        start = None
+        texts: list[str] = []
+        for final in reversed(self.finals):
+            begin = final.start_ms - self.preroll_ms
+            if begin < lo or (language is not None and final.language != language):
+                break
+            if final.end_ms <= utterance_from_ms + self.preroll_ms:
+                start = begin
+                texts.append(final.text)
+        return (start, " ".join(reversed(texts))) if start is not None else None
+
+    def prompt(self, language: str | None, chars: int) -> str:
+        """The last ``chars`` characters of the finals in ``language`` (the most recent run of them): Whisper's
+        ``initial_prompt``; empty when ``chars`` is 0."""
+        if chars <= 0:
+            return ""
+        parts: list[str] = []
+        size = 0
+        for final in reversed(self.finals):
+            if final.language != language and language is not None:
+                break
+            parts.append(final.text)
+            size += len(final.text) + 1
+            if size >= chars:
+                break
+        return " ".join(reversed(parts))[-chars:].lstrip()

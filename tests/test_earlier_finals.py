@@ -1,0 +1,38 @@
+"""What a final decode hears of the session's earlier finals: the span that fits the time budget, and the prompt."""
+
+from __future__ import annotations
+
+from rtc_agent.apps.captions.earlier_finals import EarlierFinals, FinalCaption
+
+
+def finals(**kw) -> EarlierFinals:
+    e = EarlierFinals(**{"context_s": 16.0, "budget_ms": 450, "preroll_ms": 200, "max_finals": 100, **kw})
+    for i, (a, b, lang) in enumerate([(1000, 3000, "en"), (4000, 6000, "de"), (7000, 9000, "en"),
+                                      (10000, 12000, "en")]):
+        e.add(FinalCaption(f"s{i}", f"text {i}", a, b, lang))
+    return e
+
+
+def test_the_span_reaches_back_as_far_as_the_budget_allows():
+    e = finals()
+    # no speed known yet: up to context_s; a final in another language ends the run of the same language
+    assert e.limit_s() == 16.0
+    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3")
+    assert e.span(15000, 0, 13000, None) == (800, "text 0 text 1 text 2 text 3")
+    assert e.span(15000, 0, 13000, "de") is None  # the latest finals are English
+    assert e.span(15000, 8000, 13000, "en") == (9800, "text 3")  # audio before 8 s is no longer kept
+    assert e.span(15000, 0, 11000, "en") == (6800, "text 2")  # a final overlapping the utterance is not context
+    e.decoded(wall_s=0.75, audio_s=10.0)  # 0.075 s a second of audio: 6 s fit 450 ms
+    assert abs(e.limit_s() - 6.0) < 1e-9
+    assert e.span(15000, 0, 13000, "en") == (9800, "text 3")
+    e.decoded(wall_s=10.0, audio_s=1.0)  # very slow (a busy engine): nothing fits
+    assert e.span(15000, 0, 13000, "en") is None
+
+
+def test_the_prompt_is_the_latest_finals_in_the_language():
+    e = finals()
+    assert e.prompt("en", 0) == ""
+    assert e.prompt("en", 100) == "text 2 text 3"
+    assert e.prompt("en", 6) == "text 3"
+    assert e.prompt("en", 8) == "2 text 3"  # the last characters
+    assert e.last is not None and e.last.segment_id == "s3" and len(e) == 4
