@@ -31,6 +31,13 @@ requires_chromium = [
 ]
 
 
+def browser_test(fn: Any) -> Any:
+    """Marks one test of a module with other tests as a browser test (``requires_chromium``)."""
+    for mark in requires_chromium:
+        fn = mark(fn)
+    return fn
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ from rtc_agent.config import Settings
 from rtc_agent.protocol.events import CaptionFinal
 from rtc_agent.rooms.room import RoomRegistry
 from tests import browser as browser_support
-from tests.browser import CHROMIUM, BrowserPage, chromium_args, requires_chromium, serve, write_wav
+from tests.browser import CHROMIUM, BrowserPage, browser_test, chromium_args, serve, write_wav
 from tests.test_rooms import person
 
 
@@ -110,13 +110,8 @@ def _sofia(b: BrowserPage) -> dict:
     return tiles[0]
 
 
-def _in_browser(fn):
-    for mark in requires_chromium:
-        fn = mark(fn)
-    return fn
 
-
-@_in_browser
+@browser_test
 def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
     sync_api = pytest.importorskip("playwright.sync_api")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from typing import Any
 
 from rtc_agent.config import Settings
 from rtc_agent.protocol import events as ev
@@ -134,17 +133,6 @@ async def test_pcma_input_is_heard(start_server):
         await events.close()
 
 
-async def wait_after(caller: Caller, kind: str, start: int, where=lambda e: True,
-                     timeout: float = 20.0) -> dict[str, Any]:
-    async with asyncio.timeout(timeout):
-        while True:
-            for event in caller.events[start:]:
-                if event["type"] == kind and where(event):
-                    return event
-            caller._new.clear()
-            await caller._new.wait()
-
-
 async def test_output_audio_buffer_clear_cuts_the_reply_on_a_call(start_server):
     story = ("Once upon a time a small fox lived at the edge of a quiet forest. Every morning she walked to the "
              "river to watch the fish. One day she met an old turtle who knew every path in the woods. ") * 3
@@ -162,11 +150,11 @@ async def test_output_audio_buffer_clear_cuts_the_reply_on_a_call(start_server):
             await asyncio.sleep(0.5)
             mark = len(caller.events)
             caller.send({"type": "output_audio_buffer.clear", "event_id": "evt_clear"})
-            cleared = await wait_after(caller, "output_audio_buffer.cleared", mark)
+            cleared = await caller.wait_for("output_audio_buffer.cleared", after=mark)
             assert cleared["response_id"] == rid
             assert not [e for e in caller.events if e["type"] == "error"], caller.events
             caller.send({"type": "response.cancel"})
-            done = await wait_after(caller, "response.done", mark, timeout=20)
+            done = await caller.wait_for("response.done", timeout=20, after=mark)
             assert done["response"]["id"] == rid and done["response"]["status"] == "cancelled"
             assert done["response"]["status_details"]["reason"] == "client_cancelled"
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -72,11 +73,13 @@ class Caller:
     def send(self, event: dict[str, Any]) -> None:
         self.channel.send(json.dumps(event))
 
-    async def wait_for(self, kind: str, timeout: float = 20.0) -> dict[str, Any]:
+    async def wait_for(self, kind: str, timeout: float = 20.0, *, after: int = 0,
+                       where: Callable[[dict[str, Any]], bool] = lambda e: True) -> dict[str, Any]:
+        """The first event of ``kind`` (among events from index ``after`` on) that ``where`` accepts."""
         async with asyncio.timeout(timeout):
             while True:
-                for event in self.events:
-                    if event["type"] == kind:
+                for event in self.events[after:]:
+                    if event["type"] == kind and where(event):
                         return event
                 self._new.clear()
                 await self._new.wait()

@@ -24,7 +24,7 @@ import pytest
 from rtc_agent.auth import AUTH
 from rtc_agent.protocol import json_limits
 from rtc_agent.rtc.client import ClientPeer
-from tests.browser import chromium_page, requires_chromium, serve
+from tests.browser import browser_test, chromium_page, serve
 
 KEY = "trust-gaps-key-0123456789"
 URL = "/v1/translate/stream"
@@ -168,11 +168,6 @@ async def test_sigterm_drains_the_real_process(tmp_path, stall):
 
 
 # --- the page retries a busy server ---------------------------------------------------------------------------
-
-def browser_test(fn: Any) -> Any:
-    for mark in requires_chromium:
-        fn = mark(fn)
-    return fn
 
 
 @browser_test

@@ -8,6 +8,7 @@ finals and that speed, and picks the span: it knows nothing of audio buffers or 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["EarlierFinals", "FinalCaption"]
@@ -60,6 +61,13 @@ class EarlierFinals:
             return self.context_s
         return max(0.0, min(self.context_s, self.budget_ms / 1000 / self.rate))
 
+    def _latest(self, language: str | None) -> Iterator[FinalCaption]:
+        """The finals, latest first, up to one in another language than ``language`` (all of them when None)."""
+        for final in reversed(self.finals):
+            if language is not None and final.language != language:
+                return
+            yield final
+
     def span(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
              language: str | None) -> tuple[int, str] | None:
         """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech, and the text of
@@ -70,9 +78,9 @@ class EarlierFinals:
         lo = max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
         start = None
         texts: list[str] = []
-        for final in reversed(self.finals):
+        for final in self._latest(language):
             begin = final.start_ms - self.preroll_ms
-            if begin < lo or (language is not None and final.language != language):
+            if begin < lo:
                 break
             if final.end_ms <= utterance_from_ms + self.preroll_ms:
                 start = begin
@@ -86,9 +94,7 @@ class EarlierFinals:
             return ""
         parts: list[str] = []
         size = 0
-        for final in reversed(self.finals):
-            if final.language != language and language is not None:
-                break
+        for final in self._latest(language):
             parts.append(final.text)
             size += len(final.text) + 1
             if size >= chars:
