@@ -1,21 +1,12 @@
-"""Server settings: defaults, a TOML file, ``RTC_AGENT_*`` environment variables and command-line flags.
+"""``Settings``: every field the server can be told, with its default, help text and group.
 
-Precedence, lowest first: defaults < ``--config FILE`` (TOML) < environment < command line. Every field of
-:class:`Settings` becomes a flag (``max_sessions`` -> ``--max-sessions``) and an environment variable
-(``RTC_AGENT_MAX_SESSIONS``); its ``help`` metadata is what ``rtc-agent serve --help`` prints.
-
-TOML keys are the field names. Tables are allowed for grouping and are flattened: ``[ice] turn_secret = "x"``
-and a top-level ``turn_secret = "x"`` mean the same; ``[engines.asr] model = "large-v3"`` sets ``asr_model``.
+Field names are the contract for TOML keys, flags (``max_sessions`` -> ``--max-sessions``) and environment
+variables (``RTC_AGENT_MAX_SESSIONS``); the ``help`` metadata is what ``rtc-agent serve --help`` prints.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
-import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +14,7 @@ from typing import Any
 ENV_PREFIX = "RTC_AGENT_"
 LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8", "int4")  # see rtc_agent.engines.llm.precision
 ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def _opt(default: Any, help: str, group: str = "server", **extra: Any) -> Any:
@@ -60,6 +51,15 @@ class Settings:
     room_transcripts_kept: int = _opt(16, "Transcripts of this many ended call rooms stay downloadable.", "sessions")
     max_pending_sessions_per_client: int = _opt(
         4, "Most not-yet-connected sessions one client (API key or IP) may hold at once (429 above).", "sessions"
+    )
+    max_pending_sessions_per_network: int = _opt(
+        8, "Most not-yet-connected sessions one network (an IPv4 /24 or IPv6 /64) may hold at once (429 above).",
+        "sessions"
+    )
+    max_pending_sessions: int = _opt(
+        16, "Most not-yet-connected sessions of all clients at once; past it the oldest one that is past "
+            "connect_grace_s is closed to make room, so never-connecting offers cannot fill the server.",
+        "sessions"
     )
     max_candidates_per_patch: int = _opt(
         20, "Most ICE candidates in one PATCH (400 above; a session takes 5 x this in all).", "sessions"
@@ -105,6 +105,25 @@ class Settings:
     rate_uploads_per_minute: int = _opt(10, "Uploads to /v1/translate/stream per client per minute.", "security")
     rate_tokens_per_minute: int = _opt(120, "Client tokens one client may mint per minute.", "security")
     rate_logins_per_minute: int = _opt(10, "Page sign-in attempts per IP per minute.", "security")
+    max_tokens_per_credential: int = _opt(
+        500, "Most unexpired client tokens, client secrets, room links and sign-ins one minting credential (an API "
+             "key, a join link, a sign-in, an IP) may hold at once (429 above); keeps one holder from filling "
+             "max_client_tokens.", "security")
+    room_transcript_ttl_s: int = _opt(24 * 3600, "How long an ended meeting's transcript stays readable (by that "
+                                                 "meeting's links only), in seconds.", "security")
+    request_read_timeout_s: float = _opt(
+        10.0, "A JSON, SDP or form request body (sign-in included) not all read within this many seconds gets "
+              "408, before any credential is checked.", "security")
+    channel_messages_per_s: float = _opt(
+        200.0, "Messages per second one WebSocket or data-channel connection may send, with bursts of "
+               "channel_burst_s of it; more are dropped with one rate_limited error a second at most.", "security")
+    channel_bytes_per_s: int = _opt(
+        1024 * 1024, "Bytes per second one WebSocket or data-channel connection may send (bursts as above).",
+        "security")
+    channel_burst_s: float = _opt(2.0, "Burst allowance of the per-connection budgets, in seconds of their rate.",
+                                  "security")
+    channel_overload_close_s: float = _opt(
+        5.0, "Close a connection that keeps sending past its budget for this many seconds.", "security")
     admission_max_loop_lag_ms: float = _opt(
         300.0, "Refuse new sessions (503) while the event loop's recent lag (p90 over 5 s) is above this "
                "(0 = off).", "security")
@@ -237,163 +256,3 @@ class SettingsError(ValueError):
     """A setting could not be read: unknown TOML key, wrong type, bad environment value."""
 
 
-def _field_type(f: dataclasses.Field) -> type:
-    hints = typing.get_type_hints(Settings)
-    t = hints[f.name]
-    if isinstance(t, types.GenericAlias) and t.__origin__ is list:
-        return list
-    return t
-
-
-def _coerce(f: dataclasses.Field, value: Any, source: str) -> Any:
-    kind = _field_type(f)
-    try:
-        if kind is list:
-            if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return list(value)
-            raise TypeError("expected a list of strings")
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                return value.lower() in ("1", "true", "yes", "on")
-            raise TypeError("expected true or false")
-        if kind is int and isinstance(value, float):
-            raise TypeError("expected an integer")
-        if isinstance(value, bool) and kind is not bool:
-            raise TypeError(f"expected {kind.__name__}")
-        return kind(value)
-    except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{source}: bad value {value!r} for {f.name}: {exc}") from None
-
-
-def _flatten_toml(data: dict[str, Any], names: set[str]) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        key = key.replace("-", "_")
-        if key == "engines" and isinstance(value, dict):
-            for kind, table in value.items():
-                if not isinstance(table, dict):
-                    raise SettingsError(f"[engines.{kind}] must be a table")
-                for k, v in table.items():
-                    flat[f"{kind}_{k.replace('-', '_')}"] = v
-        elif isinstance(value, dict) and key not in names:
-            flat.update(_flatten_toml(value, names))
-        else:
-            flat[key] = value
-    return flat
-
-
-def load_settings(config_file: str | os.PathLike | None = None, env: dict[str, str] | None = None,
-                  overrides: dict[str, Any] | None = None) -> Settings:
-    """Build settings from defaults, the TOML file, the environment and explicit overrides (highest)."""
-    env = os.environ if env is None else env
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
-    values: dict[str, Any] = {}
-    if config_file is None:
-        config_file = env.get(ENV_PREFIX + "CONFIG") or None
-    if config_file:
-        path = Path(config_file)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise SettingsError(f"config file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsError(f"{path}: invalid TOML: {exc}") from None
-        for key, value in _flatten_toml(data, set(fields)).items():
-            if key not in fields:
-                raise SettingsError(f"{path}: unknown setting {key!r}")
-            values[key] = _coerce(fields[key], value, str(path))
-    for name, f in fields.items():
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw is not None:
-            values[name] = _coerce(f, raw, ENV_PREFIX + name.upper())
-    for name, value in (overrides or {}).items():
-        if name not in fields:
-            raise SettingsError(f"unknown setting {name!r}")
-        values[name] = _coerce(fields[name], value, "--" + name.replace("_", "-"))
-    settings = Settings(**values)
-    validate(settings)
-    return settings
-
-
-def validate(settings: Settings) -> None:
-    """Reject settings that cannot work, with a message naming the setting."""
-    if not 0 < settings.port < 65536:
-        raise SettingsError(f"port must be 1-65535, got {settings.port}")
-    if settings.max_sessions < 1:
-        raise SettingsError("max_sessions must be at least 1")
-    if not 2 <= settings.max_room_participants <= 16 or settings.room_transcripts_kept < 0:
-        raise SettingsError("max_room_participants must be 2-16 and room_transcripts_kept at least 0")
-    if settings.ice_transport_policy not in ("all", "relay"):
-        raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
-    if not 60 <= settings.turn_ttl_s <= 86400:
-        raise SettingsError(f"turn_ttl_s must be 60-86400 seconds, got {settings.turn_ttl_s}")
-    if not 0 <= settings.audio_jitter_frames <= 4:
-        raise SettingsError("audio_jitter_frames must be 0-4")
-    if settings.video_fps <= 0 or settings.video_max_edge < 16:
-        raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
-    if settings.heartbeat_timeout_s <= 0:
-        raise SettingsError("heartbeat_timeout_s must be > 0")
-    if not 0 <= settings.captions_context_s <= 20 or not 100 <= settings.captions_final_budget_ms <= 10_000:
-        raise SettingsError("captions_context_s must be 0-20 and captions_final_budget_ms 100-10000")
-    if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
-            or settings.final_drain_s < 0:
-        raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "
-                            "final_drain_s >= 0")
-    if settings.max_pending_sessions_per_client < 1 or settings.max_candidates_per_patch < 1:
-        raise SettingsError("max_pending_sessions_per_client and max_candidates_per_patch must be at least 1")
-    if settings.json_max_depth < 2 or settings.json_max_number_chars < 16:
-        raise SettingsError("json_max_depth must be at least 2 and json_max_number_chars at least 16")
-    if settings.asr_device not in ("cpu", "cuda", "auto"):
-        raise SettingsError("asr_device must be cpu, cuda or auto")
-    if not 0.0 < settings.vad_threshold < 1.0:
-        raise SettingsError("vad_threshold must be between 0 and 1")
-    if settings.llm_precision not in LLM_PRECISIONS:
-        raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
-    short = [k for k in settings.api_keys if len(k) < 16]
-    if short:
-        raise SettingsError("api_keys must be at least 16 characters each")
-    for name in ("client_token_ttl_s", "room_link_ttl_s", "page_session_ttl_s", "max_client_tokens",
-                 "rate_sessions_per_minute", "rate_uploads_per_minute", "rate_tokens_per_minute",
-                 "rate_logins_per_minute"):
-        if getattr(settings, name) < 1:
-            raise SettingsError(f"{name} must be at least 1")
-    for name in ("st_max_upload_seconds", "upload_read_timeout_s", "upload_deadline_s", "max_instructions_chars",
-                 "max_tools", "max_tool_schema_bytes", "max_text_field_chars"):
-        if getattr(settings, name) <= 0:
-            raise SettingsError(f"{name} must be > 0")
-    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise SettingsError("log_level must be debug, info, warning or error")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting, grouped, with its default and environment variable in the help."""
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    defaults = Settings()
-    for f in dataclasses.fields(Settings):
-        group_name = f.metadata.get("group", "server")
-        group = groups.get(group_name) or groups.setdefault(
-            group_name, parser.add_argument_group(f"{group_name} options")
-        )
-        default = getattr(defaults, f.name)
-        shown = ",".join(default) if isinstance(default, list) else default
-        if f.metadata.get("secret"):
-            shown = "unset"
-        help_text = f"{f.metadata['help']} [default: {shown!s}; env {ENV_PREFIX}{f.name.upper()}]"
-        flag = "--" + f.name.replace("_", "-")
-        kind = _field_type(f)
-        if kind is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text)
-        else:
-            metavar = {int: "N", float: "X", list: "A,B"}.get(kind, "VALUE")
-            group.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, metavar=metavar, help=help_text)
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = {f.name for f in dataclasses.fields(Settings)}
-    overrides = {k: v for k, v in vars(args).items() if k in names}
-    return load_settings(getattr(args, "config", None), overrides=overrides)

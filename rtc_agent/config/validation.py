@@ -1,0 +1,62 @@
+"""``validate``: refuse settings that cannot work, with a message naming the setting."""
+
+from __future__ import annotations
+
+from rtc_agent.config.settings import LLM_PRECISIONS, Settings, SettingsError
+
+
+def validate(settings: Settings) -> None:
+    """Reject settings that cannot work, with a message naming the setting."""
+    if not 0 < settings.port < 65536:
+        raise SettingsError(f"port must be 1-65535, got {settings.port}")
+    if settings.max_sessions < 1:
+        raise SettingsError("max_sessions must be at least 1")
+    if not 2 <= settings.max_room_participants <= 16 or settings.room_transcripts_kept < 0:
+        raise SettingsError("max_room_participants must be 2-16 and room_transcripts_kept at least 0")
+    if settings.ice_transport_policy not in ("all", "relay"):
+        raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
+    if not 60 <= settings.turn_ttl_s <= 86400:
+        raise SettingsError(f"turn_ttl_s must be 60-86400 seconds, got {settings.turn_ttl_s}")
+    if not 0 <= settings.audio_jitter_frames <= 4:
+        raise SettingsError("audio_jitter_frames must be 0-4")
+    if settings.video_fps <= 0 or settings.video_max_edge < 16:
+        raise SettingsError("video_fps must be > 0 and video_max_edge >= 16")
+    if settings.heartbeat_timeout_s <= 0:
+        raise SettingsError("heartbeat_timeout_s must be > 0")
+    if not 0 <= settings.captions_context_s <= 20 or not 100 <= settings.captions_final_budget_ms <= 10_000:
+        raise SettingsError("captions_context_s must be 0-20 and captions_final_budget_ms 100-10000")
+    if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
+            or settings.final_drain_s < 0:
+        raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "
+                            "final_drain_s >= 0")
+    if settings.max_pending_sessions_per_client < 1 or settings.max_candidates_per_patch < 1:
+        raise SettingsError("max_pending_sessions_per_client and max_candidates_per_patch must be at least 1")
+    if settings.json_max_depth < 2 or settings.json_max_number_chars < 16:
+        raise SettingsError("json_max_depth must be at least 2 and json_max_number_chars at least 16")
+    if settings.asr_device not in ("cpu", "cuda", "auto"):
+        raise SettingsError("asr_device must be cpu, cuda or auto")
+    if not 0.0 < settings.vad_threshold < 1.0:
+        raise SettingsError("vad_threshold must be between 0 and 1")
+    if settings.llm_precision not in LLM_PRECISIONS:
+        raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
+    short = [k for k in settings.api_keys if len(k) < 16]
+    if short:
+        raise SettingsError("api_keys must be at least 16 characters each")
+    for name in ("client_token_ttl_s", "room_link_ttl_s", "page_session_ttl_s", "max_client_tokens",
+                 "rate_sessions_per_minute", "rate_uploads_per_minute", "rate_tokens_per_minute",
+                 "rate_logins_per_minute"):
+        if getattr(settings, name) < 1:
+            raise SettingsError(f"{name} must be at least 1")
+    for name in ("st_max_upload_seconds", "upload_read_timeout_s", "upload_deadline_s", "max_instructions_chars",
+                 "max_tools", "max_tool_schema_bytes", "max_text_field_chars"):
+        if getattr(settings, name) <= 0:
+            raise SettingsError(f"{name} must be > 0")
+    for name in ("max_pending_sessions_per_network", "max_pending_sessions", "max_tokens_per_credential",
+                 "room_transcript_ttl_s", "channel_bytes_per_s"):
+        if getattr(settings, name) < 1:
+            raise SettingsError(f"{name} must be at least 1")
+    for name in ("request_read_timeout_s", "channel_messages_per_s", "channel_burst_s", "channel_overload_close_s"):
+        if getattr(settings, name) <= 0:
+            raise SettingsError(f"{name} must be > 0")
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise SettingsError("log_level must be debug, info, warning or error")
