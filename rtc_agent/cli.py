@@ -29,6 +29,7 @@ BENCHMARKS = {
                                                "offline Whisper translate, model calls saved by VAD"),
     "call": ("rtc_agent.bench.call", "a call room of N peers: caption latency and interpretation lag at the "
                                      "listeners, server CPU per participant, largest real-time room"),
+    "flood": ("rtc_agent.bench.flood", "one client floods a message channel: other sessions' captions, loop lag"),
     "soak": ("rtc_agent.bench.soak", "create, stream and close sessions in a loop: server RSS, threads, fds and "
                                      "open sessions at checkpoints"),
 }

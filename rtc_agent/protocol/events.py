@@ -145,15 +145,16 @@ class SessionUpdated(ServerEvent):
 
 
 SESSION_END_REASONS = ("heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
-                       "internal_error", "peer_closed", "ice_failed", "setup_failed")
+                       "internal_error", "peer_closed", "ice_failed", "setup_failed", "rate_limited")
 
 
 class SessionEnded(ServerEvent):
     """The last event before the server closes a session.
 
     ``reason`` is one of :data:`SESSION_END_REASONS` (``heartbeat_lost``, ``max_duration``, ``server_shutdown``,
-    ``connect_timeout``, ``deleted``, ``internal_error``; ``peer_closed``, ``ice_failed`` and ``setup_failed``
-    only reach a client whose channel is still open); ``message`` says it in words for the page.
+    ``connect_timeout``, ``deleted``, ``internal_error``, ``rate_limited``: the client kept sending past its
+    per-connection budget; ``peer_closed``, ``ice_failed`` and ``setup_failed`` only reach a client whose channel
+    is still open); ``message`` says it in words for the page.
     """
 
     type: Literal["session.ended"] = "session.ended"

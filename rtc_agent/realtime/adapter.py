@@ -10,7 +10,10 @@ adapter's :class:`SessionConfig` and the app's config move together; an update t
 limits: instructions length, tool schemas) is taken back when its ``error`` goes out (:meth:`RealtimeAdapter.error`).
 
 Server side: :meth:`RealtimeAdapter.server` turns one native event into stamped GA events
-(:mod:`rtc_agent.realtime.mapping`). Every GA event gets a fresh ``event_id``.
+(:mod:`rtc_agent.realtime.mapping`). Every GA event gets a fresh ``event_id``. The GA API has no
+``session.ended``: a session the server ends (shutdown, maximum duration, rate limit, ...) says so with a last
+GA ``error`` whose ``code`` is the reason (``session_expired`` for the maximum duration, as OpenAI's), see
+:data:`ENDED_ERRORS`; ends the client asked for (``deleted``) or caused by its leaving (``peer_closed``) are silent.
 """
 
 from __future__ import annotations
@@ -48,6 +51,16 @@ RESPONSE_IGNORED = frozenset({"audio", "reasoning", "parallel_tool_calls"})  # a
 RESPONSE_UNSUPPORTED = frozenset({"tools", "prompt"})
 MESSAGE_PARTS = {"user": ("input_text",), "system": ("input_text",), "assistant": ("output_text", "output_audio")}
 MAX_PENDING_UPDATES = 64  # session.update events the app has neither applied nor refused yet
+#: reasons of a server-side end -> (error type, code) of the GA ``error`` that announces it
+ENDED_ERRORS = {
+    "server_shutdown": ("server_error", "server_shutdown"),
+    "internal_error": ("server_error", "internal_error"),
+    "max_duration": ("invalid_request_error", "session_expired"),
+    "rate_limited": ("rate_limit_error", "rate_limited"),
+    "slow_client": ("invalid_request_error", "slow_client"),
+    "heartbeat_lost": ("invalid_request_error", "heartbeat_lost"),
+    "connect_timeout": ("invalid_request_error", "connect_timeout"),
+}
 
 
 @dataclass
@@ -127,11 +140,19 @@ class RealtimeAdapter:
         """The stamped GA events for one native server event."""
         if event.type == "session.updated" and self._updates:  # the app applied the oldest update
             self._updates.popitem(last=False)
+        if event.type == "session.ended":
+            return [self.ended(event.reason, event.message)] if event.reason in ENDED_ERRORS else []
         out = [self.stamp(e) for e in self.translator.translate(event)]
         for e in out:
             if e["type"] == "error" and e["error"].get("event_id") in self._updates:
                 e["error"]["event_id"] = self._refused(e["error"]["event_id"])
         return out
+
+    def ended(self, reason: str, message: str) -> dict[str, Any]:
+        """The stamped GA ``error`` that announces a server-side end for ``reason`` (see :data:`ENDED_ERRORS`)."""
+        kind, code = ENDED_ERRORS.get(reason, ("server_error", reason))
+        return self.stamp({"type": "error", "error": {"type": kind, "code": code, "message": message,
+                                                      "param": None, "event_id": None}})
 
     def error(self, exc: Exception, event_id: str | None = None) -> dict[str, Any]:
         """The stamped GA ``error`` event for ``exc`` (``event_id``: the client event at fault, or the id of a

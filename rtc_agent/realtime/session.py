@@ -10,6 +10,17 @@ Ordering: audio chunks and native client events pass through one queue, so a ``c
 appended before it. Reading waits when the queue is full (TCP backpressure), never drops. Outgoing events are
 written by one task; a client that does not read past ``MAX_BACKLOG_BYTES`` is disconnected.
 
+Budget: every incoming message (text or binary) is first charged to a
+:class:`~rtc_agent.protocol.message_budget.MessageBudget` (``channel_*`` settings; its bytes are the message's
+characters), before any decoding. A message past it is held back: reading pauses until the budget would take
+it (at most ``OVER_BUDGET_PAUSE_S``; an unread socket pushes back over TCP at no cost to the event loop), then
+it is handled, or dropped with no other work when the budget still cannot take it. So a client faster than the
+budget is slowed down to it (measured: a flood costs the server several times less CPU than reading and
+dropping everything). The client hears one GA ``error`` ``rate_limited`` a second at most; a client over its
+budget for ``channel_overload_close_s`` is told so (a last ``error`` ``rate_limited``) and disconnected with
+close code 1008 (policy violation). Server-side ends (shutdown, maximum duration, ...) send a last GA ``error``
+naming the reason (:meth:`RealtimeAdapter.ended`) before the close frame (1001 at shutdown, else 1000).
+
 Lifecycle: the session ends when the socket closes, at ``max_session_seconds``, on ``DELETE``-like server ends
 (``close(reason)``) and when one of its critical tasks crashes. :meth:`close` never raises, finishes in bounded
 time, closes the socket and calls ``on_closed`` (the registry frees the slot). Registered in the session
@@ -29,15 +40,16 @@ from typing import Any
 import numpy as np
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from rtc_agent.errors import AgentError
+from rtc_agent.errors import AgentError, RateLimited
 from rtc_agent.protocol import ClientEvent, ServerEvent
-from rtc_agent.protocol.events import SessionCreated
-from rtc_agent.realtime.adapter import RealtimeAdapter
+from rtc_agent.protocol.events import SessionCreated, SessionEnded
+from rtc_agent.protocol.message_budget import BudgetLimits, MessageBudget, Verdict
+from rtc_agent.realtime.adapter import MAX_EVENT_BYTES, RealtimeAdapter
 from rtc_agent.realtime.audio import MODEL_RATE, InputDecoder
 from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from rtc_agent.realtime.speech import SocketSpeech
-from rtc_agent.server.session_end import ClosingSession, wait_tasks
+from rtc_agent.server.session_end import ClosingSession, ended_message, wait_tasks
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +58,9 @@ MAX_BACKLOG_BYTES = 32 * 1024 * 1024  # events written but not yet taken by the 
 TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
 DRAIN_TIMEOUT_S = 1.0
 CRITICAL_TASKS = frozenset({"events", "writer"})
+OVER_BUDGET_PAUSE_S = 0.5  # longest pause in reading for a message over the budget
+FLOOD_CLOSE_WAIT_S = 0.25  # for the close frame to reach a flooder; waiting longer means parsing more of its backlog
+YIELD_EVERY = 32  # messages handled back to back (aiohttp hands over queued ones without yielding) before a yield
 
 
 class RealtimeSocketSession(ClosingSession):
@@ -84,6 +99,8 @@ class RealtimeSocketSession(ClosingSession):
         self._closed = asyncio.Event()
         self._closing_task: asyncio.Task | None = None
         self.received = self.sent = self.errors = 0
+        self.budget = MessageBudget(BudgetLimits.from_settings(settings, max_message_bytes=MAX_EVENT_BYTES),
+                                    time.monotonic())
         self.app = app_cls(self, app_config)
 
     @property
@@ -158,7 +175,20 @@ class RealtimeSocketSession(ClosingSession):
             self.spawn(self._process(), "events")
             self.spawn(self._watchdog(), "watchdog")
             self.emit(SessionCreated(session={}))
+            streak = 0
             async for message in self.ws:
+                streak += 1
+                if streak % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a burst of queued messages must not hold the loop
+                if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                    verdict = self.budget.admit(len(message.data), time.monotonic())
+                    if verdict is not Verdict.ADMIT:
+                        if verdict is Verdict.CLOSE:
+                            log.warning("session %s: over its message budget for too long; closing", self.id)
+                            self.close_reason = "rate_limited"
+                            break
+                        if not await self._held_back(verdict, len(message.data)):
+                            continue
                 if message.type == WSMsgType.TEXT:
                     await self._receive(message.data)
                 elif message.type == WSMsgType.BINARY:
@@ -168,6 +198,17 @@ class RealtimeSocketSession(ClosingSession):
                     break
         finally:
             await self.close(self.close_reason or "peer_closed")
+
+    async def _held_back(self, verdict: Verdict, size: int) -> bool:
+        """A message over the budget: maybe a ``rate_limited`` error, a pause in reading, then whether the budget
+        takes it now (else it is dropped)."""
+        if verdict is Verdict.NOTIFY:
+            limits = self.budget.limits
+            self._send_error(RateLimited(f"more than {limits.messages_per_s:g} messages or {limits.bytes_per_s:g} "
+                                         "bytes a second: reading is slowed and messages may be dropped; slow "
+                                         "down", retry_after=1.0))
+        await asyncio.sleep(min(OVER_BUDGET_PAUSE_S, self.budget.retry_after(size) + 0.001))
+        return self.budget.take(size, time.monotonic())
 
     async def _receive(self, raw: str) -> None:
         self.received += 1
@@ -225,15 +266,18 @@ class RealtimeSocketSession(ClosingSession):
         """Queued events leave, tasks end, the socket closes (1000, or 1001 at shutdown)."""
         if self.speech is not None:
             self.speech.clear()
+        self.emit(SessionEnded(reason=reason, message=ended_message(reason)))  # GA: a last error, if any
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while not self._outbox.empty() and not self.ws.closed and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         for task in tasks:
             task.cancel()
         await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
-        code = WSCloseCode.GOING_AWAY if reason == "server_shutdown" else WSCloseCode.OK
+        code = {"server_shutdown": WSCloseCode.GOING_AWAY,
+                "rate_limited": WSCloseCode.POLICY_VIOLATION}.get(reason, WSCloseCode.OK)
+        wait_s = FLOOD_CLOSE_WAIT_S if reason == "rate_limited" else 3.0  # past it aiohttp drops the connection
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), 3.0)
+            await asyncio.wait_for(self.ws.close(code=code, message=reason.encode()[:120]), wait_s)
 
     def describe(self) -> dict[str, Any]:
         """State and live numbers for ``GET /v1/sessions/{id}``."""
@@ -241,6 +285,7 @@ class RealtimeSocketSession(ClosingSession):
                 "close_reason": self.close_reason, "created_at": self.created_at,
                 "age_s": round(time.monotonic() - self._started, 3), "session_ms": self.now_ms(),
                 "config": self.config, "engines": self.app.engines(),
-                "events": {"sent": self.sent, "received": self.received, "errors": self.errors},
+                "events": {"sent": self.sent, "received": self.received, "errors": self.errors,
+                           "budget": self.budget.stats()},
                 "output": {"written_ms": self.speech.written_ms if self.speech is not None else 0},
                 "tasks": self.task_count, "app_stats": self.app.stats()}

@@ -5,6 +5,14 @@ and validated; a bad one is answered with an ``error`` event and the session goe
 as a heartbeat; ``ping`` is answered with ``pong`` (the page measures its RTT with it). Events sent before the
 channel opens wait in a bounded buffer.
 
+Budget: with ``budget`` limits, every client message is first charged to a
+:class:`~rtc_agent.protocol.message_budget.MessageBudget` (messages and bytes per second, before any decoding).
+A message past it is dropped with no further work; the client hears one ``error {code: "rate_limited"}`` a
+second at most, and a channel over its budget for ``overload_close_s`` ends its session: ``on_overload
+("rate_limited")`` (without that callback the data channel is closed). Size: the SCTP transport refuses a
+message past the advertised ``max-message-size`` while reassembling it (:mod:`rtc_agent.rtc.sctp_limit`); the
+client hears ``error {code: "message_too_large"}`` and the channel goes on.
+
 Contract: :meth:`EventChannel.receive` never raises. An exception escaping aiortc's ``message`` handler would
 tear down SCTP and so the session; hostile JSON (deep nesting, huge numbers) is refused by the decoder's limits
 and any other failure is answered with an ``error`` event.
@@ -22,10 +30,12 @@ from typing import Any
 
 from aiortc import RTCDataChannel
 
-from rtc_agent.errors import AgentError
+from rtc_agent.errors import AgentError, PayloadTooLarge, RateLimited
 from rtc_agent.protocol import ClientEvent, EventIds, ProtocolError, ServerEvent, decode, encode, error_event
 from rtc_agent.protocol.events import ClientPing, ClientPong, ServerPong
 from rtc_agent.protocol.json_limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_NUMBER_CHARS
+from rtc_agent.protocol.message_budget import BudgetLimits, MessageBudget, Verdict
+from rtc_agent.rtc.sctp_limit import LOCAL_MAX_MESSAGE_SIZE, MESSAGE_TOO_LARGE, limit_inbound_messages
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +51,8 @@ class EventChannel:
                  on_event: Callable[[ClientEvent], None],
                  on_error: Callable[[str], None] | None = None,
                  on_close: Callable[[], None] | None = None, max_json_depth: int = DEFAULT_MAX_DEPTH,
-                 max_number_chars: int = DEFAULT_MAX_NUMBER_CHARS) -> None:
+                 max_number_chars: int = DEFAULT_MAX_NUMBER_CHARS, budget: BudgetLimits | None = None,
+                 on_overload: Callable[[str], None] | None = None) -> None:
         self.clock = clock
         self.max_event_bytes = max_event_bytes
         self.max_json_depth = max_json_depth
@@ -59,6 +70,9 @@ class EventChannel:
         self.errors = 0
         self._pending: deque[str] = deque(maxlen=PENDING_LIMIT)
         self.sealed = False  # after seal(): nothing more is sent (session.ended was the last event)
+        self.budget = MessageBudget(budget, time.monotonic()) if budget is not None else None
+        self.on_overload = on_overload
+        self._overloaded = False  # on_overload was called (once)
 
     @property
     def is_open(self) -> bool:
@@ -67,6 +81,9 @@ class EventChannel:
     def attach(self, channel: RTCDataChannel) -> None:
         """Use this data channel (label ``events``) from now on."""
         self.channel = channel
+        if channel.transport is not None:
+            limit_inbound_messages(channel.transport, LOCAL_MAX_MESSAGE_SIZE)
+        channel.on(MESSAGE_TOO_LARGE, self._too_large)
         channel.on("message", self.receive)
         channel.on("open", self._flush)
         channel.on("close", self._closed)
@@ -122,8 +139,14 @@ class EventChannel:
     def receive(self, raw: str | bytes) -> None:
         """Handle one client message: heartbeat, ping/pong, validation, then the session's handler.
         Never raises (see the module docstring)."""
-        self.last_seen = time.monotonic()
+        now = self.last_seen = time.monotonic()
         self.received += 1
+        if self.budget is not None:
+            verdict = self.budget.admit(len(raw), now)
+            if verdict is not Verdict.ADMIT:
+                if verdict is not Verdict.DROP:
+                    self._over_budget(verdict)
+                return
         try:
             self._receive(raw)
         except Exception as exc:
@@ -132,6 +155,33 @@ class EventChannel:
                 self.send_error(AgentError(f"internal error handling the message: {type(exc).__name__}"))
             except Exception:
                 log.exception("reporting the failure failed")
+
+    def _over_budget(self, verdict: Verdict) -> None:
+        """A dropped message that asks for more than silence: a ``rate_limited`` error, or (once) the end."""
+        assert self.budget is not None
+        try:
+            if verdict is Verdict.NOTIFY:
+                self.send_error(RateLimited(
+                    f"more than {self.budget.limits.messages_per_s:g} messages or "
+                    f"{self.budget.limits.bytes_per_s:g} bytes a second: messages are dropped; slow down",
+                    retry_after=1.0))
+            elif not self._overloaded:
+                self._overloaded = True
+                log.warning("event channel over its message budget for too long; ending the session")
+                if self.on_overload is not None:
+                    self.on_overload("rate_limited")
+                else:
+                    self.close()
+        except Exception:
+            log.exception("handling an over-budget message failed")
+
+    def _too_large(self, size: int) -> None:
+        try:
+            self.send_error(PayloadTooLarge(f"a message of more than {size} bytes was refused; the limit is "
+                                            f"{LOCAL_MAX_MESSAGE_SIZE} (the SDP's max-message-size)",
+                                            code="message_too_large"))
+        except Exception:
+            log.exception("reporting a refused message failed")
 
     def _receive(self, raw: str | bytes) -> None:
         try:

@@ -34,6 +34,7 @@ from rtc_agent.protocol.events import (
     OutputAudioStopped,
     SessionCreated,
 )
+from rtc_agent.protocol.message_budget import BudgetLimits
 from rtc_agent.rtc import AudioInput, EventChannel, SessionClock, SpeechOutput, Utterance, VideoInput
 from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.event_channel import LABEL
@@ -91,6 +92,8 @@ class Session(ClosingSession):
             max_json_depth=settings.json_max_depth, max_number_chars=settings.json_max_number_chars,
             on_error=lambda code: metrics.errors.labels(code=code).inc(),
             on_close=lambda: self.close_soon("peer_closed"),
+            budget=BudgetLimits.from_settings(settings, max_message_bytes=settings.max_event_bytes),
+            on_overload=self.close_soon,
         )
         self.speech: SpeechOutput | None = SpeechOutput(
             max_seconds=settings.max_output_seconds, listener=self._on_utterance

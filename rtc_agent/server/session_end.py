@@ -30,11 +30,12 @@ ENDED_MESSAGES = {
     "peer_closed": "The peer closed the connection.",
     "ice_failed": "The network connection failed (ICE).",
     "setup_failed": "The session could not be set up.",
+    "rate_limited": "The client kept sending more messages than its budget allows; the session was closed.",
 }
 
 #: Reasons whose ``session.ended`` the client may still read (the others mean the channel is gone or going).
 ANNOUNCED = frozenset({"heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
-                       "internal_error"})
+                       "internal_error", "rate_limited"})
 
 
 def ended_message(reason: str) -> str:
