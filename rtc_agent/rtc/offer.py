@@ -6,16 +6,26 @@ first mid names no audio, video or application section leaves transceivers witho
 section costs a transport with its own sockets, so their number is capped too. :func:`check_offer` refuses such
 offers with :class:`InvalidRequest` (code ``invalid_sdp``, HTTP 400) and strips remote candidates the server
 must not probe (see :mod:`rtc_agent.rtc.candidates`).
+
+It also parses the offer as ``setRemoteDescription`` does and checks what aiortc would refuse there (ICE
+credentials, RTCP mux, a codec in common), so that an offer it passes is one aiortc takes: checked before a
+session exists, a malformed offer costs nothing (a client token is used only by an offer that passed).
 """
 
 from __future__ import annotations
 
 import re
 
+from aiortc import sdp as aiortc_sdp
+from aiortc.codecs import CODECS
+
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.rtc.candidates import MAX_MEDIA_SECTIONS, CandidateFilter
 
 KINDS = frozenset({"audio", "video", "application"})
+#: the codecs aiortc negotiates per kind (retransmission is no codec of its own)
+_CODECS = {kind: frozenset(c.mimeType.lower() for c in codecs if not c.mimeType.lower().endswith("/rtx"))
+           for kind, codecs in CODECS.items()}
 _MLINE = re.compile(r"m=([A-Za-z0-9_-]{1,32}) ([0-9]{1,5})(?:/[0-9]{1,3})? ([A-Za-z0-9/_.-]{1,64})( \S+)+")
 
 
@@ -72,4 +82,23 @@ def check_offer(sdp: str, candidates: CandidateFilter, *, max_candidates: int) -
         unknown = [mid for mid in group if mid not in mids]
         if unknown:
             raise _invalid(f"the BUNDLE group names mids with no media section: {unknown[:4]}")
-    return candidates.filter_sdp(sdp, limit=max_candidates)
+    cleaned = candidates.filter_sdp(sdp, limit=max_candidates)
+    _check_parsed(cleaned)
+    return cleaned
+
+
+def _check_parsed(sdp: str) -> None:
+    """What ``RTCPeerConnection.setRemoteDescription`` refuses in an offer, found without a connection."""
+    try:
+        description = aiortc_sdp.SessionDescription.parse(sdp)
+    except Exception as exc:  # the parser raises whatever a bad line makes it raise
+        raise _invalid(f"the offer could not be parsed: {exc!r}"[:200]) from None
+    for media in description.media:
+        if not media.ice.usernameFragment or not media.ice.password:
+            raise _invalid("a media section has no ICE credentials (a=ice-ufrag and a=ice-pwd)")
+        if media.kind in _CODECS:
+            if not media.rtcp_mux:
+                raise _invalid(f"the {media.kind} section does not use RTCP mux (a=rtcp-mux)")
+            if not any(codec.mimeType.lower() in _CODECS[media.kind] for codec in media.rtp.codecs):
+                raise _invalid(f"the {media.kind} section offers no codec the server supports "
+                               f"({', '.join(sorted(_CODECS[media.kind]))})")

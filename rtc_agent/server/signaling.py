@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from rtc_agent.auth import AUTH, PRINCIPAL, Principal, secret_hash
-from rtc_agent.auth.access import ROOM_JOIN_APP, Forbidden
+from rtc_agent.auth.access import ROOM_JOIN_APP, Forbidden, client_ip
 from rtc_agent.auth.routes import app_class
 from rtc_agent.auth.secrets import new_secret
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
+from rtc_agent.rtc.candidates import CandidateFilter
+from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.http_errors import decode_text, parse_json, read_body
 from rtc_agent.server.ice import ice_servers
 from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, SETTINGS, WORKER
-from rtc_agent.server.session import Session
+from rtc_agent.server.session import SESSION_CANDIDATES_FACTOR, Session
 
 SDP_TYPE = "application/sdp"
 TRICKLE_TYPE = "application/trickle-ice-sdpfrag"
@@ -25,7 +29,8 @@ async def create_session(request: web.Request) -> web.Response:
 
     The answer carries the session's own token (``session_token`` in JSON, ``X-Session-Token`` for WHIP): it
     authorises ``GET``/``PATCH``/``DELETE`` and the exports of this session. A client token fixes the app, the
-    session id and any config keys it was minted with.
+    session id and any config keys it was minted with; it is used up only by an offer that passed
+    :func:`~rtc_agent.rtc.offer.check_offer` and a session the registry admitted (a refused one leaves it valid).
     """
     app = request.app
     settings, registry = app[SETTINGS], app[REGISTRY]
@@ -35,7 +40,8 @@ async def create_session(request: web.Request) -> web.Response:
         raise UnsupportedMediaType(
             f"POST /v1/sessions takes application/json or {SDP_TYPE}, not {content_type or 'no content type'}"
         )
-    registry.check_capacity(principal.client)  # before reading the body; start() checks again
+    peer = client_ip(request)
+    registry.check_capacity(principal.client, peer=peer)  # before reading the body; start() checks again
     app[ADMISSION].check()
     body = await read_body(request, settings.max_body_bytes)
     whip = content_type == SDP_TYPE
@@ -63,6 +69,7 @@ async def create_session(request: web.Request) -> web.Response:
                                  code="token_scope")
         app_name = token.app
     app_cls = app_class(app_name)
+    app[ADMISSION].check(app_cls.name)  # this app's measured capacity, before any engine work
     if not isinstance(config, dict):
         raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
     if token is not None:
@@ -70,13 +77,18 @@ async def create_session(request: web.Request) -> web.Response:
     if token is not None and token.scope.get("room") not in (None, config.get("room")):
         raise Forbidden("this client token admits its holder to another room", code="token_scope")
     config = app_cls.validate_config(config, settings)
-    if token is not None:
-        app[AUTH].use_token(request)  # no await since the check above: one session per token
+    on_admit: Callable[[], None] | None = None
+    if token is not None:  # a malformed offer gets its 400 here, with the token still valid
+        sdp = check_offer(sdp, CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates),
+                          max_candidates=settings.max_candidates_per_patch * SESSION_CANDIDATES_FACTOR)
+        # start() uses the token between its last capacity check and registering the session, with no await
+        # between them: one admitted session per token (consume is atomic), and a refused offer spends nothing
+        on_admit = functools.partial(app[AUTH].use_token, request)
     session_token = new_secret("st_")
     session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
                       on_closed=registry.closed, session_id=token.session_id if token else None,
                       token_hash=secret_hash(session_token))
-    answer = await registry.start(session, sdp, client=principal.client)
+    answer = await registry.start(session, sdp, client=principal.client, peer=peer, on_admit=on_admit)
     headers = {"Location": f"/v1/sessions/{session.id}", "X-Session-Token": session_token,
                "Cache-Control": "no-store"}
     if whip:
