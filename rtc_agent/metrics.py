@@ -6,6 +6,8 @@ process without clashing. Layers record into it; ``/metrics`` renders it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -50,7 +52,29 @@ class Metrics:
         self.engine_queue_depth = Gauge(
             "rtc_agent_engine_queue_depth", "Requests waiting per engine.", ["engine"], registry=r
         )
+        self.tokens_live = Gauge(
+            "rtc_agent_tokens_live", "Unexpired client tokens, client secrets, room links and sign-ins held, by kind.",
+            ["kind"], registry=r,
+        )
+        self.tokens_limit = Gauge(
+            "rtc_agent_tokens_limit", "Most live tokens and sign-ins kept at once (max_client_tokens).", registry=r
+        )
+        self.tokens_per_credential_limit = Gauge(
+            "rtc_agent_tokens_per_credential_limit",
+            "Most live tokens one minting credential may hold (max_tokens_per_credential, at most the limit).",
+            registry=r,
+        )
+        self.tokens_most_held = Gauge(
+            "rtc_agent_tokens_most_held", "The most live tokens one minting credential holds now.", registry=r
+        )
+        self._before_render: list[Callable[[Metrics], None]] = []
+
+    def before_render(self, refresh: Callable[[Metrics], None]) -> None:
+        """Call ``refresh(self)`` each time the metrics are rendered (gauges read from a live store)."""
+        self._before_render.append(refresh)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
+        for refresh in self._before_render:
+            refresh(self)
         return generate_latest(self.registry)

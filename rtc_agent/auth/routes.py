@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from aiohttp import web
 
 from rtc_agent.apps import APPS
-from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PAGE_COOKIE, PRINCIPAL, client_ip
+from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PAGE_COOKIE, PRINCIPAL, client_ip, client_network
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.server.http_errors import decode_text, read_body, read_json_object
 from rtc_agent.server.keys import SETTINGS
@@ -23,6 +23,7 @@ from rtc_agent.server.keys import SETTINGS
 MIN_TOKEN_TTL_S = 10
 FORM_TYPE = "application/x-www-form-urlencoded"
 MAX_LOGIN_BYTES = 4096
+MAX_LOGIN_FIELDS = 8
 
 
 def app_class(name: Any) -> type:
@@ -39,7 +40,8 @@ async def create_token(request: web.Request) -> web.Response:
     """``POST /v1/tokens`` ``{app, config?, ttl_s?}`` → 201 ``{value, expires_at, app, config}``.
 
     The token creates one session of ``app``; keys of ``config`` are fixed for that session (the client's
-    own config cannot change them). ``ttl_s`` may shorten the lifetime, never extend it.
+    own config cannot change them). ``ttl_s`` may shorten the lifetime, never extend it. The token counts in its
+    minter's quota (``max_tokens_per_credential``): the API key, the page's address, or the join link.
     """
     settings, control = request.app[SETTINGS], request.app[AUTH]
     data = await read_json_object(request, settings)
@@ -75,20 +77,30 @@ def _local_path(value: Any) -> str:
 
 
 async def login(request: web.Request) -> web.Response:
-    """``POST /login`` (form ``key``, ``next``): sign this browser in with an API key and go back to ``next``."""
+    """``POST /login`` (form ``key``, ``next``): sign this browser in with an API key and go back to ``next``.
+
+    Before the key is known: the attempt spends the IP's ``logins`` rate, and the form must arrive within
+    ``request_read_timeout_s`` (408 ``request_timeout``). The sign-in counts in its network's token quota
+    (``max_tokens_per_credential``, 429 ``token_quota_exceeded`` past it)."""
     control = request.app[AUTH]
     settings = request.app[SETTINGS]
-    control.spend("logins", f"ip:{client_ip(request)}")
+    ip = client_ip(request)
+    control.spend("logins", f"ip:{ip}")
     if request.content_type != FORM_TYPE:
         raise UnsupportedMediaType(f"POST /login takes {FORM_TYPE}")
-    form = parse_qs(decode_text(await read_body(request, MAX_LOGIN_BYTES), "the form"), max_num_fields=8)
+    text = decode_text(await read_body(request, MAX_LOGIN_BYTES), "the form")
+    try:
+        form = parse_qs(text, max_num_fields=MAX_LOGIN_FIELDS)
+    except ValueError:  # more fields than that
+        raise InvalidRequest(f"the sign-in form takes at most {MAX_LOGIN_FIELDS} fields (key, next)",
+                             code="invalid_request") from None
     target = _local_path((form.get("next") or ["/"])[0])
     key = (form.get("key") or [None])[0]
     if not isinstance(key, str) or control.keys.match(key) is None:
         separator = "&" if "?" in target else "?"
         raise web.HTTPSeeOther(target + separator + urlencode({"signin": "failed"}))
     response = web.HTTPSeeOther(target)
-    response.set_cookie(PAGE_COOKIE, control.tokens.sign_in(settings.page_session_ttl_s),
+    response.set_cookie(PAGE_COOKIE, control.tokens.sign_in(settings.page_session_ttl_s, client=client_network(ip)),
                         max_age=settings.page_session_ttl_s, httponly=True, samesite="Strict", path="/",
                         secure=request.secure)
     raise response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,6 +12,7 @@ from aiohttp import web
 from rtc_agent.errors import AgentError, InvalidRequest, PayloadTooLarge
 from rtc_agent.metrics import Metrics
 from rtc_agent.protocol import json_limits
+from rtc_agent.server.keys import SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +53,28 @@ def error_middleware(metrics: Metrics) -> Callable:
     return middleware
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes with 413 before reading it all."""
+DEFAULT_READ_TIMEOUT_S = 10.0  # for an app without settings (the setting is request_read_timeout_s)
+
+
+async def read_body(request: web.Request, limit: int, *, timeout_s: float | None = None) -> bytes:
+    """The request body, refusing more than ``limit`` bytes with 413 before reading it all, and a body not all
+    read within ``timeout_s`` (default: the server's ``request_read_timeout_s``) with 408 ``request_timeout``:
+    a client that sends headers and then trickles the body holds a handler for that long at most."""
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"request body of {request.content_length} bytes exceeds the limit of {limit}")
+    if timeout_s is None:
+        settings = request.app.get(SETTINGS)
+        timeout_s = settings.request_read_timeout_s if settings is not None else DEFAULT_READ_TIMEOUT_S
     body = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        body += chunk
-        if len(body) > limit:
-            raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                body += chunk
+                if len(body) > limit:
+                    raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    except TimeoutError:
+        raise InvalidRequest(f"the request body did not arrive within {timeout_s:g} s (request_read_timeout_s)",
+                             code="request_timeout", status=408) from None
     return bytes(body)
 
 
