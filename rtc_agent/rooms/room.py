@@ -15,9 +15,12 @@ reach that session: ``emit``, its speech track, ``spawn``). The room
 - keeps one :class:`PairInterpreter` per (speaker, target language) where a listener's ``listen_language``
   differs from the speaker's ``language`` (an ``auto`` speaker is not interpreted: its language is unknown).
 
+Display names are unique among a room's live participants (:mod:`rtc_agent.rooms.names`: ``Ana``, ``Ana (2)``).
+
 The :class:`RoomRegistry` of a server is found from its settings object (:func:`registry_for`), so the ``call``
-app, which only sees its session's context, and the HTTP routes share it. Ended rooms' transcripts stay for
-``room_transcripts_kept`` rooms.
+app, which only sees its session's context, and the HTTP routes share it. ``registry.rooms`` holds the live rooms;
+each :class:`Room` is one meeting (:mod:`rtc_agent.rooms.meetings`: what join links are bound to, when a meeting
+ends, how long ended meetings' transcripts stay).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import re
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,8 @@ from rtc_agent.protocol.events import (
     RoomParticipantUpdated,
     RoomSignal,
 )
+from rtc_agent.rooms.meetings import Meeting, MeetingBook
+from rtc_agent.rooms.names import unique_name
 from rtc_agent.rooms.transcript import Transcript, TranscriptLine
 
 log = logging.getLogger(__name__)
@@ -149,12 +155,15 @@ def _base(language: str) -> str:
 
 
 class Room:
-    def __init__(self, name: str, registry: RoomRegistry) -> None:
+    """One meeting of the room ``name`` (``meeting_id``) while it is live or idle."""
+
+    def __init__(self, name: str, registry: RoomRegistry, meeting_id: str = "") -> None:
         self.name = name
         self.registry = registry
+        self.meeting_id = meeting_id
         self.participants: dict[str, Participant] = {}
         self.pairs: dict[tuple[str, str], Any] = {}  # (speaker id, target) -> PairInterpreter
-        self.transcript = Transcript(name)
+        self.transcript = Transcript(name, meeting_id)
         self.created = time.monotonic()
         self._segments: dict[str, OrderedDict[str, tuple[int, int | None]]] = {}
 
@@ -166,6 +175,7 @@ class Room:
         if len(self.participants) >= self.registry.max_participants:
             raise RoomFull(f"room {self.name!r} is full ({self.registry.max_participants} participants)")
         others = list(self.participants.values())
+        p.name = self.free_name(p.name, p.id)
         self.participants[p.id] = p
         self.transcript.participants[p.id] = {"participant_id": p.id, "name": p.name, "language": p.language,
                                              "joined_at": p.joined_at}
@@ -188,6 +198,10 @@ class Room:
         self.reconcile()
         if not self.participants:
             self.registry.ended(self)
+
+    def free_name(self, name: str, participant_id: str) -> str:
+        """``name``, suffixed if another live participant uses it (:func:`~rtc_agent.rooms.names.unique_name`)."""
+        return unique_name(name, (x.name for x in self.participants.values() if x.id != participant_id))
 
     def update(self, p: Participant) -> None:
         info = self.transcript.participants.get(p.id)
@@ -300,17 +314,18 @@ class Room:
         target.send(RoomSignal(to=to, from_=sender.id, kind=kind, payload=_clean_payload(kind, payload)))
 
     def stats(self) -> dict[str, Any]:
-        return {"room": self.name, "participants": [p.public() for p in self.participants.values()],
+        return {"room": self.name, "meeting_id": self.meeting_id,
+                "participants": [p.public() for p in self.participants.values()],
                 "interpretation": [pair.stats() for pair in self.pairs.values()]}
 
 
 class RoomRegistry:
-    """The rooms of one server, and the transcripts of the last ended rooms."""
+    """The live rooms of one server (``rooms``) and its meetings (``meetings``: current and ended)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.rooms: dict[str, Room] = {}
-        self.ended_rooms: OrderedDict[str, Transcript] = OrderedDict()
+        self.meetings = MeetingBook(settings, clock)
 
     @property
     def max_participants(self) -> int:
@@ -328,39 +343,36 @@ class RoomRegistry:
             raise RoomFull(f"room {name!r} is full ({self.max_participants} participants)")
 
     def join(self, name: str, participant: Participant) -> Room:
-        room = self.rooms.get(name)
+        """Add ``participant`` to the current meeting of ``name`` (a new one if there is none)."""
+        meeting: Meeting = self.meetings.for_join(name)
+        room = meeting.room
         if room is None:
-            room = self.rooms[name] = Room(name, self)
+            room = meeting.room = Room(name, self, meeting.id)
+        room.transcript.ended_at = None
+        self.rooms[name] = room
         try:
             room.join(participant)
         except AgentError:
             if not room.participants:
-                self.rooms.pop(name, None)
+                self.ended(room)
             raise
         return room
 
     def ended(self, room: Room) -> None:
+        """``room`` has no participants left: its pipelines stop and its meeting is idle."""
         if self.rooms.get(room.name) is room:
             del self.rooms[room.name]
         for pair in room.pairs.values():
             pair.close()
         room.pairs.clear()
         room.transcript.ended_at = time.time()
-        keep = int(getattr(self.settings, "room_transcripts_kept", 16))
-        if keep > 0 and room.transcript.lines:
-            self.ended_rooms.pop(room.name, None)
-            self.ended_rooms[room.name] = room.transcript
-            while len(self.ended_rooms) > keep:
-                self.ended_rooms.popitem(last=False)
+        meeting = self.meetings.current.get(room.name)
+        if meeting is not None and meeting.room is room:
+            self.meetings.emptied(meeting)
 
-    def transcript(self, name: str) -> Transcript:
-        room = self.rooms.get(name)
-        if room is not None:
-            return room.transcript
-        transcript = self.ended_rooms.get(name)
-        if transcript is None:
-            raise NotFound(f"no room {name!r} (live or recently ended)", code="room_not_found")
-        return transcript
+    def transcript(self, name: str, meeting_id: str | None = None) -> Transcript:
+        """See :meth:`MeetingBook.transcript`."""
+        return self.meetings.transcript(name, meeting_id)
 
 
 _REGISTRIES: dict[int, RoomRegistry] = {}

@@ -1,13 +1,22 @@
 """Room routes: ``POST /v1/rooms`` (a join link) and ``GET /v1/rooms/{room}/transcript.vtt`` / ``.json``.
 
 Join links. ``POST /v1/rooms {room?, ttl_s?}`` (an API key, a page sign-in, or open mode) answers 201
-``{room, join_token, expires_at, url}``. The join token (``rj_...``) admits its holders to that room only, until it
-expires (``room_link_ttl_s``, shorter with ``ttl_s``); it is not used up, since everyone who got the link joins
-with it, but it creates no session by itself: a page exchanges it for a single-use client token of one
-participant with ``POST /v1/tokens {app: "call", config: {...}}`` and ``Authorization: Bearer rj_...``, and that
-client token's config fixes ``room`` (and its scope names the room, checked again when the session is created).
-``url`` is ``/call?room=NAME#join=rj_...``: the token travels in the fragment, which browsers never send to a
-server (no logs, no ``Referer``). The same join token reads the room's transcript.
+``{room, meeting_id, join_token, expires_at, url}``. The join token (``rj_...``) is bound to one meeting of that
+room (:mod:`rtc_agent.rooms.meetings`): the current one (live, idle, or pending when nobody has joined yet, made
+by this call if the room has none). It admits its holders to that meeting only, until it expires
+(``room_link_ttl_s``, shorter with ``ttl_s``) or the meeting ends (then 410 ``meeting_ended``); it is not used up,
+since everyone who got the link joins with it, but it creates no session by itself: a page exchanges it for a
+single-use client token of one participant with ``POST /v1/tokens {app: "call", config: {...}}`` and
+``Authorization: Bearer rj_...``, and that client token's config fixes ``room`` (its scope names the room and
+the meeting; the room is checked again when the session is created, and the meeting stays current while the
+client token lives). ``url`` is ``/call?room=NAME#join=rj_...``: the token travels in the fragment, which browsers
+never send to a server (no logs, no ``Referer``).
+
+Transcripts. ``GET /v1/rooms/{room}/transcript.vtt|json[?meeting=mtg_...]``: a join token reads its own meeting's
+transcript only (while live or idle, then for ``room_transcript_ttl_s`` after it ended; 403 ``token_scope`` for
+another meeting or room). An API key, a page sign-in or open mode reads the meeting named by ``?meeting=``, or
+without it the room's current meeting (once someone joined), else its latest ended one. 404 when there is none
+(``room_not_found`` / ``meeting_not_found``), expired ones included; 400 ``invalid_meeting`` for a malformed id.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from aiohttp import web
 
 from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PRINCIPAL, ROOM_JOIN_APP, Forbidden
 from rtc_agent.errors import InvalidRequest
+from rtc_agent.rooms.meetings import MeetingEnded, check_meeting_id, find_meeting
 from rtc_agent.rooms.room import check_room_name, registry_for
 from rtc_agent.server.http_errors import read_json_object
 from rtc_agent.server.keys import SETTINGS
@@ -27,11 +37,20 @@ from rtc_agent.server.keys import SETTINGS
 MIN_LINK_TTL_S = 60
 
 
-def _check_room_access(request: web.Request, room: str) -> None:
-    """A join token reads only its own room."""
+def _meeting_to_read(request: web.Request, room: str) -> str | None:
+    """The meeting whose transcript this request reads: a join token's own, else ``?meeting=`` (or None)."""
+    raw = request.query.get("meeting")
+    asked = check_meeting_id(raw) if raw is not None else None
     principal = request[PRINCIPAL]
-    if principal.kind == CLIENT_TOKEN and (principal.token is None or principal.token.scope.get("room") != room):
+    if principal.kind != CLIENT_TOKEN:
+        return asked
+    scope = principal.token.scope if principal.token is not None else {}
+    if scope.get("room") != room:
         raise Forbidden("this join token is for another room", code="token_scope")
+    own = scope.get("meeting")
+    if not isinstance(own, str) or asked not in (None, own):
+        raise Forbidden("a join token reads the transcript of its own meeting only", code="token_scope")
+    return own
 
 
 async def create_room(request: web.Request) -> web.Response:
@@ -45,12 +64,15 @@ async def create_room(request: web.Request) -> web.Response:
     valid = isinstance(ttl, int | float) and not isinstance(ttl, bool)
     if not valid or not MIN_LINK_TTL_S <= ttl <= settings.room_link_ttl_s:
         raise InvalidRequest(f"'ttl_s' must be {MIN_LINK_TTL_S}-{settings.room_link_ttl_s} seconds", code="invalid_ttl")
-    # client "": whoever holds the link is rate-limited by its own address, not by the link's creator
-    value, token = control.tokens.mint(ROOM_JOIN_APP, {"room": room}, float(ttl), client="",
-                                       scope={"room": room}, prefix="rj_")
-    live = registry_for(settings).rooms.get(room)
+    registry = registry_for(settings)
+    meeting = registry.meetings.for_link(room)
+    # the link counts against its creator's quota; its holders are limited per link (``link:...`` principals)
+    value, token = control.tokens.mint(ROOM_JOIN_APP, {"room": room}, float(ttl), client=request[PRINCIPAL].client,
+                                       scope={"room": room, "meeting": meeting.id}, prefix="rj_")
+    registry.meetings.linked(meeting, float(ttl))
+    live = registry.rooms.get(room)
     return web.json_response(
-        {"room": room, "join_token": value, "expires_at": int(token.expires_at),
+        {"room": room, "meeting_id": meeting.id, "join_token": value, "expires_at": int(token.expires_at),
          "url": f"/call?room={room}#join={value}", "participants": len(live.participants) if live else 0,
          "max_participants": settings.max_room_participants},
         status=201, headers={"Cache-Control": "no-store"})
@@ -58,8 +80,8 @@ async def create_room(request: web.Request) -> web.Response:
 
 async def get_transcript(request: web.Request) -> web.Response:
     room = check_room_name(request.match_info["room"])
-    _check_room_access(request, room)
-    transcript = registry_for(request.app[SETTINGS]).transcript(room)
+    meeting_id = _meeting_to_read(request, room)
+    transcript = registry_for(request.app[SETTINGS]).transcript(room, meeting_id)
     fmt = request.match_info["fmt"]
     disposition = {"Content-Disposition": f'inline; filename="{room}.{fmt}"', "Cache-Control": "no-store"}
     if fmt == "vtt":
@@ -69,15 +91,21 @@ async def get_transcript(request: web.Request) -> web.Response:
 
 def exchange_join_token(principal: Any, app_name: Any, config: dict[str, Any]) -> tuple[dict, dict, float]:
     """``POST /v1/tokens`` with a join token: ``(config, scope, seconds left)`` for a client token of one
-    participant of the token's room (the ``call`` app only; never outliving the join token)."""
+    participant of the token's room (the ``call`` app only; never outliving the join token), while the token's
+    meeting is current (else 410 ``meeting_ended``); that meeting then stays current while the client token lives."""
     join = principal.token
     if app_name != "call":
         raise Forbidden("a room join token mints client tokens of the 'call' app only", code="token_scope")
-    room = join.scope.get("room")
+    room, meeting_id = join.scope.get("room"), join.scope.get("meeting")
     if config.get("room", room) != room:
         raise Forbidden("this join token is for another room", code="token_scope")
-    left = join.expires_at - time.time()
-    return {**config, "room": room}, {"room": room}, max(1.0, left)
+    found = find_meeting(meeting_id) if isinstance(meeting_id, str) else None
+    if found is None or found[1].name != room:
+        raise MeetingEnded(f"the meeting of this join link (room {room!r}) has ended; ask for a new link")
+    book, meeting = found
+    left = max(1.0, join.expires_at - time.time())
+    book.exchanged(meeting, min(left, float(getattr(book.settings, "client_token_ttl_s", left))))
+    return {**config, "room": room}, {"room": room, "meeting": meeting_id}, left
 
 
 def add_routes(app: web.Application) -> None:

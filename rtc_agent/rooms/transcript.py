@@ -40,8 +40,11 @@ def _clean(text: str) -> str:
 
 
 class Transcript:
-    def __init__(self, room: str) -> None:
+    """The transcript of one meeting (``meeting_id``) of ``room``."""
+
+    def __init__(self, room: str, meeting_id: str = "") -> None:
         self.room = room
+        self.meeting_id = meeting_id
         self.created_at = time.time()
         self.ended_at: float | None = None
         self.lines: list[TranscriptLine] = []
@@ -68,6 +71,7 @@ class Transcript:
         return "\n".join(out)
 
     def to_json(self) -> dict[str, Any]:
-        return {"room": self.room, "created_at": self.created_at, "ended_at": self.ended_at,
+        return {"room": self.room, "meeting_id": self.meeting_id, "created_at": self.created_at,
+                "ended_at": self.ended_at,
                 "participants": list(self.participants.values()),
                 "lines": [asdict(line) for line in sorted(self.lines, key=lambda x: x.start_ms)]}

@@ -11,6 +11,10 @@ transcribed once by the captions pipeline (:class:`~rtc_agent.apps.captions.Capt
 events the room fans out with ``speaker``. Client events: ``room.signal`` (relayed to another participant),
 ``session.update`` (``language``, ``listen_language``, ``captions``, ``interpret``, ``mic_muted``,
 ``camera_muted``, ``name``), ``input_audio_buffer.commit``.
+
+Display names are unique in a room: a ``name`` another live participant already uses gets a suffix (``Ana (2)``,
+:mod:`rtc_agent.rooms.names`) when joining or renaming; the session's config (``session.created`` /
+``session.updated``) and its own entry in ``room.joined`` carry the final name.
 """
 
 from __future__ import annotations
@@ -34,11 +38,11 @@ from rtc_agent.protocol.events import (
     SessionUpdate,
     SessionUpdated,
 )
+from rtc_agent.rooms.names import MAX_NAME
 from rtc_agent.rooms.room import Participant, Room, check_room_name, registry_for
 
 CONFIG_KEYS = frozenset({"room", "name", "language", "listen_language", "captions", "interpret"})
 LIVE_KEYS = frozenset({"name", "language", "listen_language", "captions", "interpret", "mic_muted", "camera_muted"})
-MAX_NAME = 40
 
 
 def _name(value: Any) -> str:
@@ -133,6 +137,7 @@ class CallApp(App):
 
     async def start(self) -> None:
         self.room = registry_for(self.ctx.settings).join(self.config["room"], self.participant)
+        self.config["name"] = self.participant.name  # suffixed if another participant has this name
         await self.captions.start()
 
     def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
@@ -176,7 +181,8 @@ class CallApp(App):
         if "listen_language" in update:
             p.listen_language = self.config["listen_language"] = _listen(update["listen_language"])
         if "name" in update:
-            p.name = self.config["name"] = _name(update["name"])
+            name = _name(update["name"])
+            p.name = self.config["name"] = self.room.free_name(name, p.id) if self.room is not None else name
         for key in ("captions", "interpret"):
             if key in update:
                 setattr(p, key, _flag(update, key, True))
