@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
@@ -90,6 +91,7 @@ class Caller:
             task.cancel()
 
 
+@pytest.mark.real_model
 async def test_a_webrtc_call_speaks_ga_events_on_oai_events(start_server):
     async with OpenAIStub(default=text_reply(REPLY)) as stub:
         server = await start_server(llm_engine="openai", llm_url=stub.url, heartbeat_timeout_s=2.0)
@@ -155,3 +157,63 @@ async def test_a_call_takes_its_session_from_a_multipart_body_or_a_client_secret
         assert await again.call(server.url, secret.value) == 401  # one call per secret
     finally:
         await again.close()
+
+
+async def test_a_refused_offer_leaves_its_client_secret_for_a_valid_one(start_server):
+    """A client secret is used up only by an offer that is valid: malformed multipart bodies, a session the
+    server refuses and an SDP that is not one each get a 400, and the same secret then opens its call."""
+    from tests.test_fuzz_routes import form, named
+
+    server = await start_server()
+    secret = await client(server).realtime.client_secrets.create(session={"type": "realtime"})
+    offer = form("b0und", [(named("sdp"), b"v=0\r\n"), (named("session"), b"{}")])
+    refused = [
+        ("multipart/form-data", offer, "invalid_multipart"),
+        ("multipart/form-data; boundary=" + "a" * 71, offer, "invalid_multipart"),
+        ("multipart/form-data; boundary=b0und", b"\x00garbage\xff", "invalid_multipart"),
+        ("multipart/form-data; boundary=b0und", offer[:30], "invalid_multipart"),
+        ("multipart/form-data; boundary=b0und", form("b0und", [(named("sdp"), b"v=0\r\n")] * 2), "invalid_multipart"),
+        ("multipart/form-data; boundary=b0und", form("b0und", [(named("sdp"), b"v=0\r\n"), (
+            named("session"), json.dumps({"type": "realtime", "output_modalities": ["smell"]}).encode())]),
+         "invalid_value"),
+        ("application/sdp", b"v=0\r\nm=text 9 UDP/DTLS/SCTP webrtc-datachannel\r\n", "invalid_sdp"),
+        ("application/sdp", b"not an offer", "invalid_sdp"),
+    ]
+    async with aiohttp.ClientSession() as http:
+        for content_type, body, code in refused:
+            async with http.post(server.url + "/v1/realtime/calls", data=body, headers={
+                    "Authorization": f"Bearer {secret.value}", "Content-Type": content_type}) as res:
+                answer = await res.json()
+            assert res.status == 400 and answer["error"]["code"] == code, (content_type, body[:80], answer)
+    caller = Caller()
+    try:
+        assert await caller.call(server.url, secret.value) == 201  # still live: none of the above used it
+        created = await caller.wait_for("session.created")
+        assert created["session"]["id"] == secret.session.id
+    finally:
+        await caller.close()
+    again = Caller()
+    try:
+        assert await again.call(server.url, secret.value) == 401  # and now it is spent
+    finally:
+        await again.close()
+
+
+async def test_a_stalled_multipart_offer_gets_408_in_time(start_server):
+    """A form that stops arriving is answered within ``request_read_timeout_s`` (it holds nothing for long)."""
+    from tests.test_upload_limits import read_status
+
+    server = await start_server(request_read_timeout_s=1.0)
+    port = int(server.url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"POST /v1/realtime/calls HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: "
+                     f"multipart/form-data; boundary=b0und\r\nContent-Length: 10000\r\n\r\n".encode()
+                     + b'--b0und\r\nContent-Disposition: form-data; name="sdp"\r\n\r\nv=0\r\n')
+        await writer.drain()
+        started = asyncio.get_running_loop().time()
+        status, body = await read_status(reader, timeout=5.0)
+        assert status == 408, body
+        assert asyncio.get_running_loop().time() - started < 3.0
+    finally:
+        writer.close()

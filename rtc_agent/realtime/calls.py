@@ -2,7 +2,8 @@
 
 Request: the SDP offer as ``application/sdp`` (OpenAI's browser flow), or ``multipart/form-data`` with an ``sdp``
 part and an optional ``session`` part (JSON session configuration). ``?model=`` is echoed in the session.
-Authorization: an API key, an ``ek_`` client secret (whose session it opens), or open mode on loopback.
+Authorization: an API key, an ``ek_`` client secret (whose session it opens; used up only by an offer that is
+valid, so a malformed one can be retried with the same secret), or open mode on loopback.
 Answer: ``201`` with the SDP answer (``application/sdp``) and ``Location: /v1/realtime/calls/{call_id}``.
 
 The call is a :class:`RealtimeCall`, a :class:`~rtc_agent.server.session.Session` (the same media edges, worker,
@@ -14,22 +15,26 @@ this flow: the server learns the browser's addresses from its connectivity check
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import Any
 
 from aiohttp import web
 
-from rtc_agent.auth import PRINCIPAL
-from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
+from rtc_agent.auth import AUTH, PRINCIPAL
+from rtc_agent.errors import AgentError, UnsupportedMediaType
 from rtc_agent.protocol import json_limits
 from rtc_agent.realtime.adapter import RealtimeAdapter, serving_app
 from rtc_agent.realtime.channel import LABEL, OaiEventChannel
 from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.secrets import session_for
 from rtc_agent.realtime.session_config import SessionConfig
+from rtc_agent.rtc.candidates import CandidateFilter
+from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.http_errors import decode_text, read_body
 from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, SETTINGS, WORKER
-from rtc_agent.server.session import Session
+from rtc_agent.server.multipart_form import FORM_TYPE, FormLimits, FormReader, answer_and_close
+from rtc_agent.server.session import SESSION_CANDIDATES_FACTOR, Session
 
 __all__ = ["RealtimeCall", "create_call", "hangup_call"]
 
@@ -46,7 +51,8 @@ class RealtimeCall(Session):
         self.channel = OaiEventChannel(
             self.clock.ms, self.adapter, max_event_bytes=max(settings.max_event_bytes, 256 * 1024),
             on_event=self._queue_event, on_error=lambda code: self.metrics.errors.labels(code=code).inc(),
-            on_close=lambda: self.close_soon("peer_closed"), on_clear_output=self._clear_output)
+            on_close=lambda: self.close_soon("peer_closed"), on_clear_output=self._clear_output,
+            on_overload=self.close_soon)
 
     def _on_datachannel(self, channel: Any) -> None:
         if channel.label == LABEL and self.channel.channel is None:
@@ -62,30 +68,29 @@ class RealtimeCall(Session):
         return {**super().describe(), "transport": "webrtc", "protocol": "openai-realtime"}
 
 
-async def _read_offer(request: web.Request, limit: int) -> tuple[str, dict[str, Any] | None]:
-    """``(sdp, session or None)`` from an ``application/sdp`` or ``multipart/form-data`` body."""
+async def _read_offer(request: web.Request, settings: Any) -> tuple[str, dict[str, Any] | None]:
+    """``(sdp, session or None)`` from an ``application/sdp`` or ``multipart/form-data`` body (400
+    ``invalid_multipart`` for a malformed form, see :mod:`rtc_agent.server.multipart_form`; parts other than
+    ``sdp`` and ``session`` are read and ignored)."""
+    limit = settings.max_body_bytes
     if request.content_type == SDP_TYPE:
         return decode_text(await read_body(request, limit), "the SDP offer"), None
-    if request.content_type != "multipart/form-data":
-        raise UnsupportedMediaType(f"POST /v1/realtime/calls takes {SDP_TYPE} or multipart/form-data (sdp, "
-                                   f"session), not {request.content_type or 'no content type'}")
+    if request.content_type != FORM_TYPE:
+        raise UnsupportedMediaType(f"POST /v1/realtime/calls takes {SDP_TYPE} or {FORM_TYPE} (sdp, session), "
+                                   f"not {request.content_type or 'no content type'}")
+    form = await FormReader.open(request, FormLimits.for_bodies(settings))
     parts: dict[str, str] = {}
-    size = 0
-    reader = await request.multipart()
-    while (part := await reader.next()) is not None:
-        data = await part.read(decode=False)  # type: ignore[union-attr]
-        size += len(data)
-        if size > limit:
-            raise InvalidRequest(f"the request is larger than {limit} bytes", code="payload_too_large")
-        if part.name in ("sdp", "session"):  # type: ignore[union-attr]
-            parts[part.name] = decode_text(bytes(data), part.name)  # type: ignore[union-attr]
+    async for part in form.parts():
+        if part.name in ("sdp", "session"):
+            parts[part.name] = await form.text(part, limit)
     if "sdp" not in parts:
         raise RealtimeError("the multipart body needs an 'sdp' part", code="missing_required_parameter",
                             param="sdp")
     session = None
     if parts.get("session", "").strip():
         try:
-            session = json_limits.loads(parts["session"])
+            session = json_limits.loads(parts["session"], max_depth=settings.json_max_depth,
+                                        max_number_chars=settings.json_max_number_chars)
         except ValueError:
             raise RealtimeError("the 'session' part is not acceptable JSON", code="invalid_json",
                                 param="session") from None
@@ -94,20 +99,32 @@ async def _read_offer(request: web.Request, limit: int) -> tuple[str, dict[str, 
     return parts["sdp"], session
 
 
-async def create_call(request: web.Request) -> web.Response:
+async def create_call(request: web.Request) -> web.StreamResponse:
+    """See the module docstring. An ``ek_`` client secret is used up only once the offer is valid: the body
+    read, the session configuration accepted and the SDP's structure checked; a refused offer leaves it live."""
     app = request.app
     settings, registry = app[SETTINGS], app[REGISTRY]
     principal = request[PRINCIPAL]
-    sdp, session = await _read_offer(request, settings.max_body_bytes)
+    try:
+        sdp, session = await _read_offer(request, settings)
+    except AgentError as exc:
+        if exc.status != 408:
+            raise
+        return await answer_and_close(request, exc)  # a stalled body: answer now, drop the connection
     config = session_for(principal, settings, model=request.query.get("model"), request=session)
     app_cls, app_config = serving_app(config, settings)
-    registry.check_capacity(principal.client)
-    app[ADMISSION].check()
+    check_offer(sdp, CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates),
+                max_candidates=settings.max_candidates_per_patch * SESSION_CANDIDATES_FACTOR)
+    registry.check_capacity(principal.client, peer=request.remote)
+    app[ADMISSION].check(app_cls.name)  # before any engine work: load, and this app's measured capacity
     token = principal.token
+    # start() uses the secret between its last capacity check and registering the call, with no await between
+    # them: one call per secret, and an offer refused for capacity spends nothing
+    on_admit = functools.partial(app[AUTH].use_token, request) if token is not None else None
     call = RealtimeCall(app_cls, app_config, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
                         on_closed=registry.closed, session_id=token.session_id if token is not None
                         else "rtc_" + secrets.token_hex(12))
-    answer = await registry.start(call, sdp, client=principal.client)
+    answer = await registry.start(call, sdp, client=principal.client, peer=request.remote, on_admit=on_admit)
     return web.Response(status=201, text=answer, content_type=SDP_TYPE,
                         headers={"Location": f"/v1/realtime/calls/{call.id}", "Cache-Control": "no-store"})
 

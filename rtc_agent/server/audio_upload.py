@@ -1,10 +1,9 @@
 """Bounded audio uploads: a multipart body read with timeouts into a temporary file, and a streaming decoder.
 
-Reading (:func:`read_upload`), on the event loop:
+Reading (:func:`read_upload`), on the event loop, with :class:`~rtc_agent.server.multipart_form.FormReader`
+(malformed bodies are 400 ``invalid_multipart``; the body must keep arriving and arrive whole in time, else 408
+``upload_timeout``; see that module):
 
-- the body must keep arriving (no pause of ``read_timeout_s`` without a new byte) and arrive whole within
-  ``deadline_s`` of the start of the read; otherwise :class:`InvalidRequest` with status 408 and code
-  ``upload_timeout`` (a client that sends headers and part of a body, then nothing, holds nothing for long);
 - the file part is capped at ``max_bytes`` (:class:`PayloadTooLarge`, 413) and spooled to a temporary file once it
   passes :data:`SPOOL_MEMORY_BYTES` (memory is not the upload's size); the text fields at ``max_field_bytes``.
 
@@ -17,41 +16,28 @@ is returned, then the next read raises :class:`PayloadTooLarge` (code ``audio_to
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import numpy as np
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 
 from rtc_agent.errors import AgentError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from rtc_agent.server.multipart_form import READ_CHUNK_BYTES, FormLimits, FormReader
 
 __all__ = ["SAMPLE_RATE", "SPOOL_MEMORY_BYTES", "AudioDecoder", "Upload", "UploadLimits", "read_upload"]
 
 SAMPLE_RATE = 16000
 SPOOL_MEMORY_BYTES = 1024 * 1024  # an upload larger than this is kept in a temporary file, not in memory
-READ_CHUNK_BYTES = 256 * 1024
 HEADER_SLACK_S = 1.0  # encoder padding: a header may say a little more than the audio really holds
 
-T = TypeVar("T")
 
-
-def _timeout_error(message: str) -> InvalidRequest:
-    return InvalidRequest(message, code="upload_timeout", status=408)
-
-
-@dataclass(frozen=True)
-class UploadLimits:
-    """How much and how slowly a client may upload. ``max_bytes``: the file part; ``max_field_bytes``: each text
-    field; ``read_timeout_s``: longest wait for more body; ``deadline_s``: the whole body, from the request's start."""
-
-    max_bytes: int = 32 * 1024 * 1024
-    read_timeout_s: float = 20.0
-    deadline_s: float = 120.0
-    max_field_bytes: int = 1024
+class UploadLimits(FormLimits):
+    """:class:`FormLimits` for an audio upload: ``max_bytes`` is the file part; ``max_field_bytes`` each text
+    field; ``read_timeout_s`` the longest wait for more body; ``deadline_s`` the whole body."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> UploadLimits:
@@ -76,56 +62,9 @@ class Upload:
         self.file.close()
 
 
-class _Clock:
-    """Runs the awaits of one upload under the read timeout (no new byte on the connection for that long: progress
-    is checked four times per timeout) and the overall deadline."""
-
-    def __init__(self, limits: UploadLimits, content: Any) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.limits = limits
-        self.content = content  # the request's StreamReader: ``total_bytes`` counts what arrived
-        self.deadline = self.loop.time() + limits.deadline_s
-        self.seen = self._received()
-        self.progress_at = self.loop.time()
-
-    def _received(self) -> int:
-        return int(getattr(self.content, "total_bytes", 0))
-
-    async def within(self, awaitable: Awaitable[T]) -> T:
-        task = asyncio.ensure_future(awaitable)
-        try:
-            while True:
-                now = self.loop.time()
-                if now >= self.deadline:
-                    raise _timeout_error(f"the upload did not arrive within {self.limits.deadline_s:g} s")
-                if now - self.progress_at >= self.limits.read_timeout_s:
-                    raise _timeout_error(f"the upload stalled: no data for {self.limits.read_timeout_s:g} s")
-                step = min(self.limits.read_timeout_s / 4, self.deadline - now,
-                           self.progress_at + self.limits.read_timeout_s - now)
-                done, _ = await asyncio.wait({task}, timeout=max(step, 0.001))
-                if done:
-                    return task.result()
-                received = self._received()
-                if received != self.seen:
-                    self.seen, self.progress_at = received, self.loop.time()
-        finally:
-            if not task.done():
-                task.cancel()
-                task.add_done_callback(_retrieve)
-
-
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # consumed: a read that failed after it was abandoned is not worth a log line
-
-
-def _malformed(exc: Exception) -> InvalidRequest:
-    return InvalidRequest(f"malformed multipart body: {exc}", code="invalid_multipart")
-
-
-async def read_upload(request: web.Request, limits: UploadLimits, text_fields: tuple[str, ...],
+async def read_upload(request: web.Request, limits: FormLimits, text_fields: tuple[str, ...],
                       file_field: str = "file") -> Upload:
-    """Read a ``multipart/form-data`` body: exactly one ``file_field`` part and any of ``text_fields``.
+    """Read a ``multipart/form-data`` body: exactly one ``file_field`` part and any of ``text_fields`` (each once).
 
     Raises :class:`InvalidRequest` (400: ``invalid_multipart``, ``missing_file``, ``invalid_config`` for an
     unknown, over-long or non-UTF-8 field; 408: ``upload_timeout``) or :class:`PayloadTooLarge` (413). The caller
@@ -134,45 +73,26 @@ async def read_upload(request: web.Request, limits: UploadLimits, text_fields: t
     if request.content_length is not None and request.content_length > limits.max_bytes + 64 * 1024:
         raise PayloadTooLarge(f"the upload of {request.content_length} bytes exceeds the limit of "
                               f"{limits.max_bytes} bytes")
-    clock = _Clock(limits, request.content)
-    try:
-        reader = await request.multipart()
-    except (ValueError, AssertionError) as exc:
-        raise _malformed(exc) from None
+    # the form may hold the file and every text field at their limits (plus nothing else)
+    form = await FormReader.open(request, FormLimits(
+        max_bytes=limits.max_bytes + len(text_fields) * limits.max_field_bytes,
+        read_timeout_s=limits.read_timeout_s, deadline_s=limits.deadline_s,
+        max_field_bytes=limits.max_field_bytes, max_parts=len(text_fields) + 1))
     spool: IO[bytes] | None = None
     size = 0
     fields: dict[str, str] = {}
     try:
-        while True:
-            try:
-                part = await clock.within(reader.next())
-            except ValueError as exc:
-                raise _malformed(exc) from None
-            if part is None:
-                break
-            if not isinstance(part, BodyPartReader):
-                raise InvalidRequest("nested multipart bodies are not supported", code="invalid_multipart")
+        async for part in form.parts():
             name = part.name or ""
             if name == file_field:
-                if spool is not None:
-                    raise InvalidRequest(f"send exactly one {file_field!r} part", code="invalid_multipart")
                 spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115 (the Upload owns it)
-                while chunk := await clock.within(part.read_chunk(READ_CHUNK_BYTES)):
+                async for chunk in form.chunks(part, READ_CHUNK_BYTES):
                     size += len(chunk)
                     if size > limits.max_bytes:
                         raise PayloadTooLarge(f"the uploaded file exceeds the limit of {limits.max_bytes} bytes")
                     spool.write(chunk)
             elif name in text_fields:
-                raw = bytearray()
-                while chunk := await clock.within(part.read_chunk(limits.max_field_bytes)):
-                    raw += chunk
-                    if len(raw) > limits.max_field_bytes:
-                        raise InvalidRequest(f"field {name!r} is too long (at most {limits.max_field_bytes} "
-                                             f"bytes)", code="invalid_config")
-                try:
-                    fields[name] = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InvalidRequest(f"field {name!r} is not UTF-8 text", code="invalid_config") from None
+                fields[name] = await form.text(part, limits.max_field_bytes, code="invalid_config")
             else:
                 raise InvalidRequest(f"unknown form field {name!r}; send {file_field!r} and any of "
                                      f"{', '.join(text_fields)}", code="invalid_config")

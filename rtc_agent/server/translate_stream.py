@@ -15,7 +15,8 @@ far. Example::
 
     curl -N -F file=@speech_es.wav -F direction=es-en http://localhost:8080/v1/translate/stream
 
-Errors before the stream starts are JSON ``{"error": {...}}``: 400 (missing file, bad field, empty audio),
+Errors before the stream starts are JSON ``{"error": {...}}``: 400 (missing file, bad field, empty audio, a
+malformed multipart body: ``invalid_multipart``, see :mod:`rtc_agent.server.multipart_form`),
 408 ``upload_timeout`` (the body stalled for ``upload_read_timeout_s`` or took over ``upload_deadline_s``), 413
 (upload over ``st_max_upload_bytes``, or ``audio_too_long``: the file's header says it is longer than
 ``st_max_upload_seconds``), 415 (not multipart, or a file that is not decodable audio), 503 with ``Retry-After``
@@ -48,8 +49,8 @@ from rtc_agent.errors import AgentError, AtCapacity, InvalidRequest, Unsupported
 from rtc_agent.protocol import EventIds, ServerEvent, encode, error_event
 from rtc_agent.protocol.events import MetricsEvent
 from rtc_agent.server.audio_upload import SAMPLE_RATE, AudioDecoder, Upload, UploadLimits, read_upload
-from rtc_agent.server.http_errors import error_response
-from rtc_agent.server.keys import METRICS, SETTINGS, WORKER
+from rtc_agent.server.keys import SETTINGS, WORKER
+from rtc_agent.server.multipart_form import answer_and_close
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ async def translate_stream(request: web.Request) -> web.StreamResponse:
     except AgentError as exc:
         if exc.status != 408:
             raise
-        return await _answer_and_close(request, exc)
+        return await answer_and_close(request, exc)
     try:
         config = resolve_config(_fields(request, upload), settings)
         config["speak"] = False
@@ -143,18 +144,6 @@ async def translate_stream(request: web.Request) -> web.StreamResponse:
             streams.active -= 1
     finally:
         upload.close()
-
-
-async def _answer_and_close(request: web.Request, exc: AgentError) -> web.StreamResponse:
-    """Send the error for a stalled upload and close the connection: waiting for the rest of its body (aiohttp
-    would for up to 10 s) is pointless."""
-    request.app[METRICS].errors.labels(code=exc.code).inc()
-    response = error_response(exc)
-    response.force_close()
-    await response.prepare(request)
-    await response.write_eof()
-    request.protocol.force_close()  # the reply is flushed before the socket closes
-    return response
 
 
 async def _run(request: web.Request, upload: Upload, config: dict[str, Any]) -> web.StreamResponse:
