@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.bench.common import local_server, machine, percentile_ms, wer, write_json
-from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.client import ClientPeer, SessionRefused
 from rtc_agent.rtc.sources import PcmSourceTrack, load_audio
 
 TARGETS = {"final_p50_s": 0.6, "partial_gap_s": 0.6, "wer_points_over_offline": 2.0, "sessions": 8}
@@ -109,21 +109,29 @@ def offline_text(audio16: np.ndarray, language: str | None, model_name: str = ""
 
 
 async def stream_sessions(base_url: str, pcm48: np.ndarray, sessions: int, language: str,
-                          prior: str | None = None) -> list[dict[str, Any]]:
-    """Stream the clip on ``sessions`` peers at once; per session: events with arrival times and the send start.
-    ``prior``: the ``language_prior`` the page would send (the browser's language)."""
+                          prior: str | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Stream the clip on ``sessions`` peers at once; per admitted session: events with arrival times and the send
+    start. A peer the server refuses up front (503: at its measured capacity) is left out and counted in the
+    returned ``refused``. ``prior``: the ``language_prior`` the page would send (the browser's language)."""
     config = {"language": language, **({"language_prior": prior} if prior else {})}
     peers = [ClientPeer(base_url, "captions", config=config,
                         audio=PcmSourceTrack(pcm48, 48000, tail="silence"), receive_audio=False)
              for _ in range(sessions)]
-    await asyncio.gather(*(p.connect() for p in peers))
+    results = await asyncio.gather(*(p.connect() for p in peers), return_exceptions=True)
+    refused = sum(1 for r in results if isinstance(r, SessionRefused) and r.status == 503)
+    failed = [r for r in results if isinstance(r, BaseException) and not (isinstance(r, SessionRefused)
+                                                                          and r.status == 503)]
+    peers = [p for p, r in zip(peers, results, strict=True) if not isinstance(r, BaseException)]
+    if failed:
+        await asyncio.gather(*(p.close() for p in peers), return_exceptions=True)
+        raise failed[0]
     try:
         await asyncio.sleep(len(pcm48) / 48000 + 3.0)
         infos = await asyncio.gather(*(p.session_info() for p in peers))
     finally:
         await asyncio.gather(*(p.close() for p in peers), return_exceptions=True)
     return [{"events": list(zip(p.events, p.event_times, strict=True)), "sent_at": p.audio.pacer.started_at,
-             "info": info} for p, info in zip(peers, infos, strict=True)]
+             "info": info} for p, info in zip(peers, infos, strict=True)], refused
 
 
 def score_session(run: dict[str, Any], ends: list[float], reference: str | None) -> dict[str, Any]:
@@ -178,21 +186,21 @@ async def run(audio: str | None, script: str | None, reference: str | None, sess
         for n in counts:
             before = await server.engine_stats("asr")
             cpu0, wall0 = server.cpu_seconds(), time.monotonic()
-            runs = await stream_sessions(server.base_url, pcm48, n, language)
+            runs, refused = await stream_sessions(server.base_url, pcm48, n, language)
             cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
             after = await server.engine_stats("asr")
             scores = [score_session(r, ends, reference) for r in runs]
             busy_s = (_busy_ms(after) - _busy_ms(before)) / 1000
-            worst = max((s["final_latency_ms"]["max"] or 0) for s in scores) / 1000
+            worst = max(((s["final_latency_ms"]["max"] or 0) for s in scores), default=0) / 1000
             complete = all(s["finals"] >= len(ends) * 0.8 for s in scores)
             dropped = sum((s["app_stats"] or {}).get("vad_dropped_ms", 0) for s in scores)
             by_count[str(n)] = {
-                "sessions": n,
+                "sessions": n, "admitted": len(runs), "refused": refused,
                 "realtime": bool(complete and worst <= realtime_limit_s and dropped == 0),
                 "final_latency_p50_ms": percentile_ms([x for s in scores for x in s["latencies_s"]], 50),
                 "final_latency_p90_ms": percentile_ms([x for s in scores for x in s["latencies_s"]], 90),
                 "final_latency_max_ms": round(worst * 1000, 1),
-                "mean_wer": round(float(np.mean([s["wer"] for s in scores])), 4) if reference else None,
+                "mean_wer": round(float(np.mean([s["wer"] for s in scores])), 4) if reference and scores else None,
                 "asr_busy_s": round(busy_s, 2),
                 "rtf": round(busy_s / (n * len(audio16) / 16000), 3),
                 "cpu_cores_used": round(cpu / wall, 2),
@@ -304,7 +312,7 @@ async def run_set(set_dir: Path | None, sessions: int, language: str, expect_lan
     async with local_server() as server:
         for clip, row in zip(clips, rows, strict=True):
             pcm16 = audio[clip.name]
-            run_ = (await stream_sessions(server.base_url, to48k(pcm16), 1, language, prior))[0]
+            run_ = (await stream_sessions(server.base_url, to48k(pcm16), 1, language, prior))[0][0]
             ends = [s["end_s"] for s in clip.sentences]
             score = score_session(run_, ends, clip.reference)
             checks = set_checks(run_, [(s["start_s"], s["end_s"]) for s in clip.sentences], expect_language)
@@ -354,15 +362,15 @@ async def _load_runs(server: Any, clips: list[Any], audio: dict[str, np.ndarray]
     ends = [b for _, b in spans]
     out: dict[str, Any] = {}
     for n in sorted({1, *(k for k in (4, 8, 16) if k < sessions), sessions}):
-        runs = await stream_sessions(server.base_url, to48k(pcm16), n, language, prior)
+        runs, refused = await stream_sessions(server.base_url, to48k(pcm16), n, language, prior)
         scores = [score_session(r, ends, reference) for r in runs]
         checks = [set_checks(r, spans, expect_language) for r in runs]
         lat = [x for sc in scores for x in sc["latencies_s"]]
         worst = max(lat) if lat else 0.0
         lost = sum(c["lost_sentences"] for c in checks)
         out[str(n)] = {
-            "sessions": n, "audio_s": round(len(pcm16) / 16000, 1),
-            "mean_wer": round(float(np.mean([sc["wer"] for sc in scores])), 4),
+            "sessions": n, "admitted": len(runs), "refused": refused, "audio_s": round(len(pcm16) / 16000, 1),
+            "mean_wer": round(float(np.mean([sc["wer"] for sc in scores])), 4) if scores else None,
             "final_latency_p50_ms": percentile_ms(lat, 50), "final_latency_p90_ms": percentile_ms(lat, 90),
             "final_latency_max_ms": round(worst * 1000, 1),
             "realtime": bool(worst <= realtime_limit_s and lost == 0),

@@ -86,7 +86,8 @@ class ServerProcess:
 
 # The benchmark's peers stand for many callers but all come from one loopback address: the per-client limits
 # (meant for one caller each) are raised so that they do not refuse the benchmark's own sessions.
-PEER_CLIENT_LIMITS: dict[str, Any] = {"max_pending_sessions_per_client": 256, "rate_sessions_per_minute": 6000,
+PEER_CLIENT_LIMITS: dict[str, Any] = {"max_pending_sessions_per_client": 256, "max_pending_sessions_per_network": 256,
+                                      "max_pending_sessions": 256, "rate_sessions_per_minute": 6000,
                                       "rate_uploads_per_minute": 6000, "rate_tokens_per_minute": 6000}
 
 

@@ -47,8 +47,8 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
     principal = request[PRINCIPAL]
     config = session_for(principal, settings, kind=intent, model=request.query.get("model"))
     app_cls, app_config = serving_app(config, settings)
-    registry.check_capacity(principal.client)
-    app[ADMISSION].check()
+    registry.check_capacity(principal.client, peer=request.remote, pending=False)  # connected at once
+    app[ADMISSION].check(app_cls.name)  # before any engine work: load, and this app's measured capacity
     ws = web.WebSocketResponse(protocols=("realtime",), heartbeat=HEARTBEAT_S, max_msg_size=2 * MAX_EVENT_BYTES)
     await ws.prepare(request)
     token = principal.token

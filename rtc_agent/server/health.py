@@ -9,6 +9,11 @@ that is preloaded at start (``--preload``) is not ready yet, else ``"ok"``. ``re
 needs it), ``progress`` (the engine's last load message) and ``percent`` (0-100 when the message tells it, e.g.
 "part 3/6", else null), and per app whether all the engines it needs are ready (``apps``). The pages show the
 same object before Connect and poll ``/health`` until their app is ready.
+
+``capacity`` is this machine's measured speed and what it holds (:mod:`rtc_agent.server.capacity`): per engine
+the probe's figures (seconds per unit; ``note`` says what the probe ran, e.g. speech or noise as the ASR input),
+``pending`` and ``failed`` engines, and per app ``sessions`` (the limit; null while unmeasured), ``running``,
+``source`` (``measured``, ``override`` or ``unmeasured``), ``enforced``, ``share`` and ``demand``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from aiohttp import web
 
 from rtc_agent import __version__
 from rtc_agent.redact import redact_data
+from rtc_agent.server.capacity import CAPACITY
 from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, SETTINGS, STARTED_AT, WORKER
 
 #: The engines each app needs before its first turn (an engine the server does not have is left out).
@@ -90,6 +96,7 @@ async def health(request: web.Request) -> web.Response:
         "sessions": {"active": len(registry.active), "max": registry.max_sessions, "total": registry.total},
         "event_loop_lag": app[LAG_MONITOR].stats(),
         "engines": app[WORKER].stats(),
+        "capacity": app[CAPACITY].snapshot() if CAPACITY in app else None,
     }))
 
 

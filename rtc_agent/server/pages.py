@@ -10,6 +10,7 @@ from aiohttp import web
 
 from rtc_agent import __version__
 from rtc_agent.auth.routes import page_auth
+from rtc_agent.server.capacity import capacity_summary
 from rtc_agent.server.health import readiness
 from rtc_agent.server.keys import SETTINGS
 
@@ -55,14 +56,15 @@ def make_environment(templates_dir: str) -> jinja2.Environment:
 PAGE_LANGUAGES = ("en", "zh", "es", "fr", "de", "it", "pt", "ru", "ja", "ko", "ar", "hi")
 
 
-def capabilities(settings: Any) -> dict[str, Any]:
+def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[str, Any]:
     """What this server can do, for the pages to offer only that (``client_config.capabilities``).
 
     ``asr.languages``: the spoken languages recognised (an English-only Whisper, a ``.en`` model: ``["en"]``);
     ``st.targets``: the languages interpretation translates into (the embedded Whisper translate task: English
     only); ``agent.tools``: whether the agent offers its tools by default; ``engines``: ``embedded`` or ``remote``
     per kind with the model; ``setup``: notes for the operator about what a flag would add (shown in a closed
-    "Server setup" box, not as instructions to end users).
+    "Server setup" box, not as instructions to end users); ``capacity``: per app the sessions this machine holds
+    in real time and those running (``server.capacity.capacity_summary``; null when not given or unmeasured).
     """
     from rtc_agent.engines import st
     from rtc_agent.engines.llm import EMBEDDED_NAMES
@@ -102,7 +104,7 @@ def capabilities(settings: Any) -> dict[str, Any]:
         setup.append("The speech recognizer is English-only; a multilingual Whisper model recognises other "
                      "languages (--asr-model).")
     return {"asr": {"languages": sources}, "st": {"targets": targets, "sources": sources},
-            "agent": {"tools": tools}, "engines": engines, "setup": setup}
+            "agent": {"tools": tools}, "engines": engines, "setup": setup, "capacity": capacity}
 
 
 def render(request: web.Request, page: Page) -> str:
@@ -117,7 +119,7 @@ def render(request: web.Request, page: Page) -> str:
             "media": {"audio": True, "video": page.video},
             "session_config": {},
             "auth": page_auth(request),
-            "capabilities": capabilities(settings),
+            "capabilities": capabilities(settings, capacity_summary(app)),
             "readiness": readiness(app),
         },
         "version": __version__,

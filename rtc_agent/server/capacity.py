@@ -1,0 +1,71 @@
+"""Wiring of measured capacity into the server: the speed probe at start-up and the planner admission asks.
+
+:func:`machine_capacity` builds, for one application, a :class:`~rtc_agent.worker.speed.SpeedBook`, a
+:class:`~rtc_agent.worker.speed.SpeedProbe` over the engines this machine runs (probes from
+:mod:`rtc_agent.engines.speed_probes`; targets: the ``preload`` engines, when ``speed_probe`` is on) and a
+:class:`~rtc_agent.worker.capacity.CapacityPlanner` (``admission_capacity``, ``capacity_safety``,
+``capacity_sessions``, ``max_sessions``); it starts the probe with the application and stops it at shutdown.
+``/health`` and the pages' capabilities publish ``app[CAPACITY].snapshot()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from rtc_agent.engines.speed_probes import embedded_probes
+from rtc_agent.worker.capacity import CapacityPlanner, parse_overrides
+from rtc_agent.worker.speed import SpeedBook, SpeedProbe
+
+CAPACITY = web.AppKey("capacity", CapacityPlanner)
+SPEED_PROBE = web.AppKey("speed_probe", SpeedProbe)
+
+__all__ = ["CAPACITY", "SPEED_PROBE", "capacity_summary", "machine_capacity", "running_sessions"]
+
+
+def running_sessions(registry: Any, app_name: str | None = None) -> int:
+    """Sessions in ``registry`` (of ``app_name``, when given) that have not ended."""
+    if app_name is None:
+        return len(registry.active)
+    return sum(1 for s in registry.active.values() if getattr(s, "app_name", None) == app_name)
+
+
+def machine_capacity(app: web.Application, settings: Any, worker: Any, registry: Any) -> CapacityPlanner:
+    """The planner for ``app`` (also stored as ``app[CAPACITY]``), its probe registered to run with ``app``."""
+    book = SpeedBook()
+    probe: SpeedProbe | None = None
+
+    def loaded_call(name: str) -> Any:
+        return probe.loaded_call(name) if probe is not None else None
+
+    targets = list(settings.preload) if settings.speed_probe else []
+    probe = SpeedProbe(worker, book, embedded_probes(settings, loaded_call), targets=targets,
+                       idle=lambda: not registry.active)
+    planner = CapacityPlanner(book, max_sessions=settings.max_sessions,
+                              safety=float(settings.capacity_safety),
+                              overrides=parse_overrides(settings.capacity_sessions),
+                              enabled=bool(settings.admission_capacity),
+                              running=lambda name: running_sessions(registry, name))
+    app[CAPACITY] = planner
+    app[SPEED_PROBE] = probe
+
+    async def start(_: web.Application) -> None:
+        probe.start()
+
+    async def stop(_: web.Application) -> None:
+        await probe.stop()
+
+    app.on_startup.append(start)
+    app.on_shutdown.append(stop)
+    return planner
+
+
+def capacity_summary(app: web.Application) -> dict[str, Any] | None:
+    """Per app what the pages show: ``{app: {sessions, running, source}}`` (None without a planner)."""
+    planner = app.get(CAPACITY)
+    if planner is None:
+        return None
+    return {name: {"sessions": entry["sessions"], "running": entry["running"], "source": entry["source"],
+                   "enforced": entry["enforced"]}
+            for name, entry in planner.snapshot()["apps"].items()}
