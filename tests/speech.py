@@ -8,6 +8,8 @@ runs read it back in about a millisecond and get the very same samples (Piper it
 - :func:`speech_clip`: several sentences with exact silences between them and the (start_s, end_s) of each
   sentence's speech measured by energy, for captions, VAD, interpretation and agent tests.
 - :func:`write_wav`, :func:`read_wav`, :func:`resample`, :func:`speech_extent`: the helpers behind them.
+- :func:`content_share`: how much of a list of content words a model's text holds, for assertions that must hold
+  on every CPU (int8/bf16 kernels differ, so Whisper and the LLM pick other words on other CPUs).
 
 The cache folder is ``$RTC_AGENT_TEST_CACHE`` if set, else ``$XDG_CACHE_HOME/rtc-agent-tests/speech``, else
 ``~/.cache/rtc-agent-tests/speech``. Deleting it is always safe.
@@ -23,6 +25,7 @@ import tempfile
 import threading
 import wave
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 
 import av
@@ -33,6 +36,7 @@ from rtc_agent.engines.tts.piper import PiperEngine, default_voice_paths
 
 __all__ = [
     "cache_dir",
+    "content_share",
     "read_wav",
     "resample",
     "speech_clip",
@@ -214,3 +218,19 @@ def speech_clip(sentences: list[str], gap_s: float = 0.8, lead_s: float = 0.5, t
         mix[offset:offset + piece.size] += piece
     clip = np.clip(mix[:total], -32768, 32767).astype(np.int16)
     return clip, spans
+
+
+def content_share(text: str, words: Iterable[str | Iterable[str]]) -> float:
+    """The share of ``words`` found in ``text`` (both normalized as WER is: lower case, no punctuation). An entry
+    may be a set of alternatives (``{"school", "schools"}``, ``{"9", "nine"}``): found when any of them is.
+
+    Tests of what a model says assert such a share over several sentences (at least 2 of 3 content words, most of
+    20), never one sentence's exact words: the words differ between CPUs' numerical paths."""
+    from rtc_agent.bench.common import normalize_text
+
+    heard = set(normalize_text(text).split())
+    entries = [{w} if isinstance(w, str) else set(w) for w in words]
+    if not entries:
+        raise ValueError("content_share needs at least one word")
+    found = sum(1 for alternatives in entries if {normalize_text(a) for a in alternatives} & heard)
+    return found / len(entries)

@@ -7,12 +7,15 @@ import asyncio
 from typing import Any
 
 import numpy as np
+import pytest
 
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
 from tests.conftest import rms
 from tests.openai_stub import OpenAIStub, StubReply, text_reply, tool_call_reply
 from tests.speech import synthesize
+
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
 
 RATE = 48000
 

@@ -45,6 +45,7 @@ def respond(body: dict[str, Any]) -> StubReply:
     return tool_call_reply([("show_banner", {"text": "Hello from the agent", "tone": "success"})])
 
 
+@pytest.mark.real_model
 def test_browser_tool_changes_the_page(tmp_path):
     pause = np.zeros(48000, dtype=np.int16)
     wav = write_wav(tmp_path / "ask.wav",

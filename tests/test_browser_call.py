@@ -6,6 +6,7 @@ its captions under the right tile."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import time
@@ -19,8 +20,10 @@ from tests.speech import synthesize, write_wav
 pytestmark = [*requires_chromium, pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg missing")]
 pytest.importorskip("playwright.sync_api")
 
-PEOPLE = [("Ann", "Please remember to bring your umbrella tomorrow morning.", "testsrc2", "umbrella"),
-          ("Ben", "The library opens at nine on Saturday.", "smptebars", "library")]
+# (name, sentence, video pattern, content words: any of them marks the caption as this person's; which ones
+# Whisper gets differs between CPUs)
+PEOPLE = [("Ann", "Please remember to bring your umbrella tomorrow morning.", "testsrc2", "umbrella|remember|tomorrow"),
+          ("Ben", "The library opens at nine on Saturday.", "smptebars", "library|saturday|opens")]
 
 
 def media(tmp_path, name: str, sentence: str, pattern: str):
@@ -36,6 +39,7 @@ def remote(b: BrowserPage) -> list[dict]:
     return b.page.evaluate("window.rtcAgent.app.stats()")
 
 
+@pytest.mark.real_model
 def test_two_pages_see_hear_and_read_each_other(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -79,7 +83,7 @@ def test_two_pages_see_hear_and_read_each_other(tmp_path):
                           f"t.querySelector('.name').textContent === '{other[0]}' && "
                           f"/{other[3]}/i.test(t.querySelector('.tile-caption').textContent))", 60_000)
                 own = b.page.inner_text("#tile-self .tile-caption").lower()
-                assert other[3] not in own, b.diagnose("captions under the right tiles")
+                assert not re.search(other[3], own), b.diagnose("captions under the right tiles")
                 lines = b.page.inner_text("#room-transcript")
                 assert other[0] in lines, b.diagnose("names in the room transcript")
                 assert not b.page_errors(), b.diagnose("no page errors")

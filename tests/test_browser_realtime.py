@@ -18,6 +18,7 @@ pytest.importorskip("playwright.sync_api")
 REPLY = "Hello, I can hear you loud and clear."
 
 
+@pytest.mark.real_model
 def test_openai_browser_flow_gets_session_created_and_audible_reply(tmp_path):
     pause = np.zeros(48000, dtype=np.int16)
     wav = write_wav(tmp_path / "ask.wav", np.concatenate(

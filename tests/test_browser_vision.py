@@ -14,6 +14,7 @@ pytestmark = [*requires_chromium, pytest.mark.skipif(shutil.which("ffmpeg") is N
 pytest.importorskip("playwright.sync_api")
 
 
+@pytest.mark.real_model
 def test_commentary_appears_on_the_captions_page(tmp_path):
     y4m = tmp_path / "camera.y4m"
     subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc2=size=320x240:rate=10",

@@ -17,19 +17,41 @@ from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
 from tests.conftest import rms
 from tests.espeak import espeak_clip, have_espeak
-from tests.speech import resample
+from tests.speech import content_share, resample
 
-pytestmark = pytest.mark.skipif(not have_espeak(), reason="needs espeak-ng")
+pytestmark = [pytest.mark.real_model, pytest.mark.skipif(not have_espeak(), reason="needs espeak-ng")]
 
 SPANISH = [
     "El gobierno anunció ayer un nuevo plan para mejorar las escuelas públicas del país.",
     "Mi hermana trabaja en un hospital grande cerca del río.",
 ]
-CONTENT_WORDS = {"government", "plan", "improve", "hospital"}
+MORE_SPANISH = [
+    "Los niños juegan al fútbol en el parque después de la escuela.",
+    "El tren llega tarde a la estación todos los lunes.",
+]
+#: The words that carry each sentence's meaning, each with the translations Whisper base picks for it. Kernels
+#: differ between CPUs, so a word may go ("The Lord announced" for "The government announced"): the tests
+#: ask for a share of them over several sentences, never one particular word.
+CONCEPTS = {
+    SPANISH[0]: [{"government"}, {"announced"}, {"yesterday"}, {"plan"}, {"improve"}, {"public"},
+                 {"schools", "school"}],
+    SPANISH[1]: [{"sister"}, {"works", "working", "work"}, {"hospital"}, {"river"}],
+    MORE_SPANISH[0]: [{"children", "kids", "boys"}, {"play", "playing"}, {"football", "soccer"}, {"park"},
+                      {"school"}],
+    MORE_SPANISH[1]: [{"train"}, {"late"}, {"station"}, {"monday", "mondays"}],
+}
 
 
-def clip() -> np.ndarray:
-    return espeak_clip(SPANISH, "es")
+def clip(sentences: list[str] = SPANISH) -> np.ndarray:
+    return espeak_clip(sentences, "es")
+
+
+SENTENCES = [*SPANISH, *MORE_SPANISH]
+
+
+def concept_share(text: str, sentences: list[str]) -> float:
+    """The share of the sentences' CONCEPTS of which ``text`` has one of the words."""
+    return content_share(text, [c for s in sentences for c in CONCEPTS[s]])
 
 
 def form(data: bytes, **fields: str) -> aiohttp.FormData:
@@ -42,8 +64,9 @@ def form(data: bytes, **fields: str) -> aiohttp.FormData:
 
 async def test_translate_stream_emits_english_with_the_content_words(server):
     events = []
+    audio = encode_wav(clip(SENTENCES), 16000)
     async with aiohttp.ClientSession() as http, http.post(
-            f"{server.url}/v1/translate/stream", data=form(encode_wav(clip(), 16000), direction="es-en")) as resp:
+            f"{server.url}/v1/translate/stream", data=form(audio, direction="es-en")) as resp:
         assert resp.status == 200 and resp.content_type == "application/x-ndjson"
         async for line in resp.content:
             if line.strip():
@@ -58,9 +81,10 @@ async def test_translate_stream_emits_english_with_the_content_words(server):
     assert all(e["st_attempted"] and e["latency_ms"] is not None and "event_id" in e for e in emits)
     text = " ".join(e["text"] for e in emits)
     flushed = " ".join(e["text"] for e in events if e["type"] == "translation.flush")
-    words = set(normalize_text(f"{text} {flushed}").split())
-    assert len(CONTENT_WORDS & set(normalize_text(text).split())) >= 2, text  # most of it by EMIT, not flush
-    assert len(CONTENT_WORDS & words) >= 3, (text, flushed)
+    # Meaning over four sentences (20 content words; each CPU path finds 10-11 of them on this espeak voice), most
+    # of it by EMIT, not flush.
+    emitted, overall = concept_share(text, SENTENCES), concept_share(f"{text} {flushed}", SENTENCES)
+    assert emitted >= 0.4 and overall >= 0.45 and emitted >= overall - 0.15, (emitted, overall, text, flushed)
     metrics = events[-1]
     assert metrics["type"] == "metrics" and metrics["translation"]["chunks"] == len(chunks)
     assert metrics["translation"]["model_calls"] >= len(emits)
@@ -104,7 +128,9 @@ async def test_peer_gets_translation_events_and_translated_speech(server):
         assert created["session"]["app"] == "interpret" and created["session"]["engines"]["st"].startswith("embedded")
         emit = await peer.wait_for("translation.chunk", lambda e: e["action"] == "EMIT", timeout=30)
         assert emit["text"] and emit["st_attempted"]
-        await asyncio.sleep(max(0.0, len(pcm48) / 48000 + 3.0 - (emit["session_ms"] / 1000)))
+        # Wait for the translation to get past the end of the clip (a slow CPU path takes longer), not for a moment.
+        past_end_ms = (len(pcm48) / 48000 + 0.8) * 1000
+        await peer.wait_for("translation.chunk", lambda e: e["audio_end_ms"] >= past_end_ms, timeout=90)
         await peer.wait_for("output_audio_buffer.started", timeout=10)
         await asyncio.sleep(1.5)
         spoken = peer.received_audio()
@@ -118,7 +144,7 @@ async def test_peer_gets_translation_events_and_translated_speech(server):
     assert [c["index"] for c in chunks] == list(range(len(chunks)))
     assert any(c["action"] == "SKIP" for c in chunks)  # the pauses cost no model call
     text = " ".join(c["text"] for c in chunks if c["action"] == "EMIT")
-    assert CONTENT_WORDS & set(normalize_text(text).split()), text
+    assert concept_share(text, SPANISH) >= 0.45, text  # most of the meaning, in English (7-9 of 11 seen)
     assert rms(spoken) > 0.01  # the translation was spoken on the outgoing track
     stats = info["app_stats"]
     assert stats["speech"]["spoken"] >= 1 and stats["model_calls"] >= 1 and stats["dropped_chunks"] == 0, [

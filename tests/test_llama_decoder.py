@@ -93,6 +93,7 @@ def test_other_architectures_are_refused_with_a_reason() -> None:
         LlamaDecoder(gpt2, max_length=16)
 
 
+@pytest.mark.real_model
 @needs_smollm
 def test_the_engine_answers_the_same_with_either_forward() -> None:
     lean = loaded_engine()

@@ -73,6 +73,7 @@ def test_compact_tools_keep_names_descriptions_and_types_only():
     assert "required" in next(t["function"]["parameters"] for t in specs if t["function"]["name"] == "calculate")
 
 
+@pytest.mark.real_model
 @needs_qwen
 def test_qwen_from_its_packages_scores_on_the_tool_suite():
     from rtc_agent.bench.tools import run_suite

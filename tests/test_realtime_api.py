@@ -8,10 +8,16 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
+from rtc_agent.bench.common import normalize_text
 from tests.openai_stub import OpenAIStub, StubReply, text_reply, tool_call_reply
-from tests.realtime_helpers import Events, audio_of, client, overlap, spoken, stream_audio, transcribe
+from tests.realtime_helpers import Events, audio_of, client, overlap, spoken, stream_audio, transcribe, words
+
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
 
 REPLY = "The weather is sunny and warm today."
+QUESTION_WORDS = {"weather", "paris", "today"}  # the content words of the spoken question
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                "required": ["city"]}}
@@ -83,12 +89,15 @@ async def test_spoken_turn_is_detected_transcribed_and_answered_in_speech(start_
             done_transcript = await events.wait_for("conversation.item.input_audio_transcription.completed",
                                                     timeout=30)
             assert done_transcript["item_id"] == started["item_id"]
-            assert {"weather", "paris"} <= set(done_transcript["transcript"].lower().replace("?", "").split())
+            # what Whisper heard: most of the question's content words (base hears "Paris" as "pairs" on some CPUs)
+            heard_question = done_transcript["transcript"]
+            assert len(QUESTION_WORDS & words(heard_question)) >= 2, heard_question
             committed = await events.wait_for("input_audio_buffer.committed")
             assert committed["item_id"] == started["item_id"]
             done = await events.wait_for("response.done", timeout=40)
             assert done["response"]["status"] == "completed"
-            assert "paris" in stub.requests[0].messages[-1]["content"].lower()
+            # the LLM was asked what was heard
+            assert normalize_text(heard_question) in normalize_text(stub.requests[0].messages[-1]["content"])
             audio = audio_of(events.items, done["response"]["id"])
             assert len(audio) > 24000
             heard = await transcribe(server, audio)

@@ -9,6 +9,8 @@ import asyncio
 import base64
 import json
 
+import pytest
+
 from rtc_agent.config import Settings
 from rtc_agent.protocol import events as ev
 from rtc_agent.realtime.adapter import RealtimeAdapter
@@ -17,6 +19,7 @@ from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from tests.openai_stub import OpenAIStub, text_reply
 from tests.realtime_helpers import Events, check_shape, client, spoken
+from tests.speech import content_share
 from tests.test_realtime_calls import Caller
 
 SETTINGS = Settings()
@@ -115,6 +118,7 @@ async def test_session_update_refused_by_the_app_changes_nothing(start_server):
         await events.close()
 
 
+@pytest.mark.real_model
 async def test_pcma_input_is_heard(start_server):
     server = await start_server()
     async with client(server).realtime.connect(model="gpt-realtime") as conn:
@@ -129,10 +133,11 @@ async def test_pcma_input_is_heard(start_server):
             await conn.input_audio_buffer.append(audio=base64.b64encode(speech[i:i + 1600]).decode())
         await conn.input_audio_buffer.commit()
         completed = await events.wait_for("conversation.item.input_audio_transcription.completed", timeout=40)
-        assert "meeting" in completed["transcript"].lower(), completed
+        assert content_share(completed["transcript"], ["when", "meeting", "tomorrow"]) >= 2 / 3, completed
         await events.close()
 
 
+@pytest.mark.real_model
 async def test_output_audio_buffer_clear_cuts_the_reply_on_a_call(start_server):
     story = ("Once upon a time a small fox lived at the edge of a quiet forest. Every morning she walked to the "
              "river to watch the fish. One day she met an old turtle who knew every path in the woods. ") * 3

@@ -4,12 +4,15 @@ speaks and a ``.completed`` transcript at the end of each utterance."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.realtime_helpers import Events, client, overlap, spoken, stream_audio
 
 FIRST = "The quick brown fox jumps over the lazy dog."
 SECOND = "Please call me back tomorrow morning at nine."
 
 
+@pytest.mark.real_model
 async def test_transcription_session_streams_deltas_and_completes_each_utterance(start_server):
     server = await start_server()
     async with client(server).realtime.connect(extra_query={"intent": "transcription"}) as conn:

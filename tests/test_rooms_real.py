@@ -19,11 +19,16 @@ from rtc_agent.rtc.sources import PcmSourceTrack
 from rtc_agent.server.keys import SETTINGS, WORKER
 from tests.conftest import rms
 from tests.espeak import espeak_clip, have_espeak
-from tests.speech import resample, speech_clip
+from tests.speech import content_share, resample, speech_clip
+
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
 
 SPANISH = ["El gobierno anunció ayer un nuevo plan para mejorar las escuelas públicas del país."]
 ALAN = ["Please remember to bring your umbrella tomorrow morning."]
 BEA = ["The library opens at nine on Saturday."]
+#: Their content words: the captions must hold most of them (which ones Whisper gets differs between CPUs).
+ALAN_WORDS = ["remember", "bring", "umbrella", "tomorrow", "morning"]
+BEA_WORDS = ["library", "opens", {"nine", "9"}, "saturday"]
 LEAD_S = 2.5  # everyone joins before anyone speaks
 
 
@@ -64,7 +69,7 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
         assert set(registry.rooms[room].pairs) == {(sofia.session_id, "en")}  # one pipeline for two listeners
 
         await bea.wait_for("caption.final",
-                           lambda e: e["speaker"]["name"] == "Alan" and "umbrella" in e["text"].lower(), timeout=60)
+                           lambda e: e["speaker"]["name"] == "Alan" and e["text"].strip(), timeout=60)
         await sofia.wait_for("caption.final", lambda e: e["speaker"]["name"] == "Bea", timeout=60)
         for listener in (alan, bea):  # every participant reads everyone else
             await listener.wait_for("caption.final", lambda e: e["speaker"]["name"] == "Sofia", timeout=60)
@@ -75,7 +80,9 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
         await asyncio.sleep(2.0)
         for listener in (bea, alan):
             assert rms(listener.received_audio()) > 0.01  # the interpretation was spoken on each listener's track
-        assert "umbrella" in finals_by(sofia, "Alan") and "library" in finals_by(alan, "Bea")
+        heard_alan, heard_bea = finals_by(sofia, "Alan"), finals_by(alan, "Bea")
+        assert content_share(heard_alan, ALAN_WORDS) >= 0.6 and content_share(heard_bea, BEA_WORDS) >= 0.5, (
+            heard_alan, heard_bea)
         assert not [e for e in sofia.events if e["type"] in ("translation.chunk", "caption.translation")]
         assert rms(sofia.received_audio()) < 0.005  # nobody needs interpreting for Sofia (embedded: into English)
 

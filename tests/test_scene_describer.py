@@ -149,6 +149,7 @@ def check_timing(said: dict[float, list[str]], changes: list[float]) -> None:
         assert any(change <= ts <= change + TOLERANCE_S for change in changes), f"spurious commentary at {ts}: {said}"
 
 
+@pytest.mark.real_model
 def test_scene_cuts(tmp_path: Path) -> None:
     said = run_session(sample(write_video(tmp_path / "cuts.mp4", cuts_video, 8)))
     check_timing(said, [0.0, 2.0, 5.0])
@@ -157,6 +158,7 @@ def test_scene_cuts(tmp_path: Path) -> None:
     assert said[5.0][0].startswith("The scene changed to") and "red" in said[5.0][0]
 
 
+@pytest.mark.real_model
 def test_a_person_entering_and_leaving(tmp_path: Path) -> None:
     said = run_session(sample(write_video(tmp_path / "face.mp4", face_video, 9)))
     check_timing(said, [0.0, 2.5, 6.0])
@@ -167,6 +169,7 @@ def test_a_person_entering_and_leaving(tmp_path: Path) -> None:
         assert said[3.0] == ["Something is moving in the middle."]
 
 
+@pytest.mark.real_model
 def test_movement(tmp_path: Path) -> None:
     said = run_session(sample(write_video(tmp_path / "ball.mp4", ball_video, 8)))
     check_timing(said, [0.0, 3.0])
@@ -188,6 +191,7 @@ class ScriptedFaces:
         return [(10 + 40 * i, 10, 30, 30) for i in range(n)]
 
 
+@pytest.mark.real_model
 def test_face_changes_with_movement_are_immediate_and_flicker_needs_confirmation() -> None:
     still = BACKGROUND.copy()
     moved = BACKGROUND.copy()
@@ -207,6 +211,7 @@ def test_face_changes_with_movement_are_immediate_and_flicker_needs_confirmation
     assert describer.summary() == "I see no one in a grey view."
 
 
+@pytest.mark.real_model
 def test_prompt_gets_a_summary_and_stale_commentary_is_bounded() -> None:
     source = SceneTokenSource(SceneConfig(max_pending=2), face_detector=None)
     source.begin("system", "")
@@ -228,6 +233,7 @@ def test_view_phrases(tint: tuple[int, int, int], phrase: str) -> None:
     assert phrase in describe_view(np.full((40, 60, 3), tint, np.uint8))
 
 
+@pytest.mark.real_model
 def test_bench_vision_on_a_generated_video(tmp_path: Path) -> None:
     """``rtc-agent bench vision`` in lockstep mode: every cut found, nothing else said."""
     import argparse

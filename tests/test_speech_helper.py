@@ -20,6 +20,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.mark.real_model
 def test_synthesize_is_cached_on_disk(private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = "Caching makes the second run fast."
     first = speech.synthesize(text, 16000)
@@ -60,6 +61,7 @@ def test_wav_round_trip(tmp_path: Path) -> None:
     assert rate == 8000 and np.array_equal(back, pcm)
 
 
+@pytest.mark.real_model
 def test_speech_clip_spans_match_the_audio() -> None:
     sentences = ["Hello, can you hear me?", "What time is it in Tokyo?"]
     rate = 16000
@@ -84,6 +86,7 @@ def test_speech_clip_spans_match_the_audio() -> None:
     assert level(s1, s1 + 0.05) > 0.005 and level(e2 - 0.05, e2) > 0.005
 
 
+@pytest.mark.real_model
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_speech_clip_agrees_with_silero_vad() -> None:
     """The spans are where a real VAD hears speech (what the captions and agent tests rely on)."""

@@ -14,6 +14,8 @@ from rtc_agent.errors import EngineError
 from rtc_agent.worker import Worker
 from tests.speech import speech_extent
 
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
+
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 

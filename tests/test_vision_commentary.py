@@ -92,6 +92,7 @@ def frame(tint: tuple[int, int, int]) -> np.ndarray:
     return np.full((96, 128, 3), tint, np.uint8)
 
 
+@pytest.mark.real_model
 async def test_scene_engine_commentary_becomes_vision_events() -> None:
     worker = Worker()
     worker.add(engine_spec(Settings()))  # the embedded default: the scene describer

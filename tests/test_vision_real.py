@@ -8,10 +8,13 @@ import fractions
 
 import av
 import numpy as np
+import pytest
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.pacing import FramePacer
+
+pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
 
 
 class SceneTrack(MediaStreamTrack):

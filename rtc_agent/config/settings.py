@@ -42,13 +42,16 @@ class Settings:
         15.0, "Close a session whose peer connection and event channel are not up after this long.", "sessions"
     )
     connect_grace_s: float = _opt(
-        5.0, "A session counts against max_sessions once connected, or while younger than this; never-connected "
-             "sessions past it do not hold a slot (at most 2 x max_sessions exist at once).", "sessions"
+        2.0, "A session not connected yet (pending: it holds no max_sessions slot) is safe for this long from being "
+             "closed to make room for a new offer when max_pending_sessions are waiting.", "sessions"
     )
     max_room_participants: int = _opt(
         6, "Most participants in one call room (browser-to-browser mesh); one more gets 409 room_full.", "sessions"
     )
-    room_transcripts_kept: int = _opt(16, "Transcripts of this many ended call rooms stay downloadable.", "sessions")
+    room_transcripts_kept: int = _opt(16, "Transcripts of this many ended meetings stay downloadable.", "sessions")
+    room_rejoin_grace_s: float = _opt(
+        60.0, "An emptied call meeting stays joinable (same meeting, same transcript) this long before it ends.",
+        "sessions")
     max_pending_sessions_per_client: int = _opt(
         4, "Most not-yet-connected sessions one client (API key or IP) may hold at once (429 above).", "sessions"
     )
@@ -87,8 +90,11 @@ class Settings:
                                "security", secret=True)
     insecure_open: bool = _opt(False, "Run without API keys on a non-loopback address: anyone who reaches the port "
                                       "can start sessions. Only for trusted networks.", "security")
-    allowed_origins: list[str] = _opt([], "Browser origins (scheme://host[:port]) allowed to call the API besides "
-                                          "the server's own origin and loopback origins; * allows any.", "security")
+    allowed_origins: list[str] = _opt([], "Browser origins (scheme://host[:port]) trusted like the server's own "
+                                          "(scheme, host and port): they may use the page sign-in cookie and get "
+                                          "credentialed CORS. Other loopback origins, and every origin with *, may "
+                                          "call the API with a bearer credential only (the cookie is ignored, or "
+                                          "403 where only it would authorise); other origins get 403.", "security")
     allowed_hosts: list[str] = _opt([], "Host names the server answers to besides loopback names, the bound "
                                         "address and (when bound to every interface) IP literals; guards against "
                                         "DNS rebinding; * allows any.", "security")
@@ -107,21 +113,25 @@ class Settings:
     rate_logins_per_minute: int = _opt(10, "Page sign-in attempts per IP per minute.", "security")
     max_tokens_per_credential: int = _opt(
         500, "Most unexpired client tokens, client secrets, room links and sign-ins one minting credential (an API "
-             "key, a join link, a sign-in, an IP) may hold at once (429 above); keeps one holder from filling "
-             "max_client_tokens.", "security")
+             "key, a join link whatever addresses use it, a page's IP, a signing-in /24 or /64 network) may hold at "
+             "once (429 token_quota_exceeded above); at most max_client_tokens; keeps one holder from filling it.",
+        "security")
     room_transcript_ttl_s: int = _opt(24 * 3600, "How long an ended meeting's transcript stays readable (by that "
                                                  "meeting's links only), in seconds.", "security")
     request_read_timeout_s: float = _opt(
-        10.0, "A JSON, SDP or form request body (sign-in included) not all read within this many seconds gets "
-              "408, before any credential is checked.", "security")
+        10.0, "A JSON, SDP or form request body (the sign-in form included, read before its key is checked) not "
+              "all read within this many seconds gets 408 request_timeout (uploads: upload_read_timeout_s).",
+        "security")
     channel_messages_per_s: float = _opt(
         200.0, "Messages per second one WebSocket or data-channel connection may send, with bursts of "
-               "channel_burst_s of it; more are dropped with one rate_limited error a second at most.", "security")
+               "channel_burst_s of it; past it a WebSocket is read more slowly (messages still over it are "
+               "dropped) and data-channel messages are dropped, with one rate_limited error a second at most.",
+        "security")
     channel_bytes_per_s: int = _opt(
         1024 * 1024, "Bytes per second one WebSocket or data-channel connection may send (bursts as above).",
         "security")
-    channel_burst_s: float = _opt(2.0, "Burst allowance of the per-connection budgets, in seconds of their rate.",
-                                  "security")
+    channel_burst_s: float = _opt(2.0, "Burst allowance of the per-connection budgets, in seconds of their rate "
+                                       "(the bytes budget holds at least one largest legal message).", "security")
     channel_overload_close_s: float = _opt(
         5.0, "Close a connection that keeps sending past its budget for this many seconds.", "security")
     admission_max_loop_lag_ms: float = _opt(
@@ -130,6 +140,15 @@ class Settings:
     admission_max_queue_delay_ms: float = _opt(
         2500.0, "Refuse new sessions (503) while an engine's recent queueing delay is above this (0 = off).",
         "security")
+    admission_capacity: bool = _opt(
+        True, "Refuse the session past this machine's measured capacity for its app (503 server_busy); the "
+              "capacity is published in /health either way.", "security")
+    speed_probe: bool = _opt(True, "Time the preloaded engines once they are loaded (a few seconds of CPU) to "
+                                   "derive each app's capacity.", "security")
+    capacity_safety: float = _opt(1.25, "Headroom of the capacity rule: sessions = 1 / (this x the machine share "
+                                       "one session takes); 1-10.", "security")
+    capacity_sessions: list[str] = _opt([], "Sessions per app instead of the measured capacity, e.g. "
+                                            "captions=4,agent=2.", "security")
     stun_urls: list[str] = _opt([], "STUN server URLs for both peers (comma-separated), e.g. "
                                     "stun:stun.example.org:3478.", "ice")
     turn_urls: list[str] = _opt([], "TURN server URLs (comma-separated), e.g. turn:turn.example.org:3478?"

@@ -11,6 +11,14 @@ def validate(settings: Settings) -> None:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
     if settings.max_sessions < 1:
         raise SettingsError("max_sessions must be at least 1")
+    if not 1.0 <= settings.capacity_safety <= 10.0:
+        raise SettingsError("capacity_safety must be 1-10")
+    for entry in (p.strip() for e in settings.capacity_sessions for p in str(e).split(",")):
+        name, sep, count = entry.partition("=")
+        if entry and (not sep or name.strip() not in ("captions", "interpret", "agent", "call")
+                      or not count.strip().isdigit() or int(count) < 1):
+            raise SettingsError(f"capacity_sessions: {entry!r} is not APP=N (APP: captions, interpret, agent or "
+                                "call; N at least 1)")
     if not 2 <= settings.max_room_participants <= 16 or settings.room_transcripts_kept < 0:
         raise SettingsError("max_room_participants must be 2-16 and room_transcripts_kept at least 0")
     if settings.ice_transport_policy not in ("all", "relay"):
@@ -55,6 +63,8 @@ def validate(settings: Settings) -> None:
                  "room_transcript_ttl_s", "channel_bytes_per_s"):
         if getattr(settings, name) < 1:
             raise SettingsError(f"{name} must be at least 1")
+    if settings.room_rejoin_grace_s < 0:
+        raise SettingsError("room_rejoin_grace_s must be >= 0")
     for name in ("request_read_timeout_s", "channel_messages_per_s", "channel_burst_s", "channel_overload_close_s"):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{name} must be > 0")
