@@ -60,6 +60,11 @@ class BudgetLimits:
                    overload_close_s=float(settings.channel_overload_close_s),
                    max_message_bytes=max_message_bytes)
 
+    def over_budget(self, consequence: str) -> str:
+        """The words of a ``rate_limited`` error: the rates, what happens to the excess, and what to do."""
+        return (f"more than {self.messages_per_s:g} messages or {self.bytes_per_s:g} bytes a second: "
+                f"{consequence}; slow down")
+
 
 class MessageBudget:
     """Per-connection message and byte budget (see the module docstring). Not thread-safe: one connection, one

@@ -203,10 +203,8 @@ class RealtimeSocketSession(ClosingSession):
         """A message over the budget: maybe a ``rate_limited`` error, a pause in reading, then whether the budget
         takes it now (else it is dropped)."""
         if verdict is Verdict.NOTIFY:
-            limits = self.budget.limits
-            self._send_error(RateLimited(f"more than {limits.messages_per_s:g} messages or {limits.bytes_per_s:g} "
-                                         "bytes a second: reading is slowed and messages may be dropped; slow "
-                                         "down", retry_after=1.0))
+            self._send_error(RateLimited(self.budget.limits.over_budget(
+                "reading is slowed and messages may be dropped"), retry_after=1.0))
         await asyncio.sleep(min(OVER_BUDGET_PAUSE_S, self.budget.retry_after(size) + 0.001))
         return self.budget.take(size, time.monotonic())
 

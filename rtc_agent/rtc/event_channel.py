@@ -161,10 +161,8 @@ class EventChannel:
         assert self.budget is not None
         try:
             if verdict is Verdict.NOTIFY:
-                self.send_error(RateLimited(
-                    f"more than {self.budget.limits.messages_per_s:g} messages or "
-                    f"{self.budget.limits.bytes_per_s:g} bytes a second: messages are dropped; slow down",
-                    retry_after=1.0))
+                self.send_error(RateLimited(self.budget.limits.over_budget("messages are dropped"),
+                                            retry_after=1.0))
             elif not self._overloaded:
                 self._overloaded = True
                 log.warning("event channel over its message budget for too long; ending the session")
