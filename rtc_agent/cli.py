@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
-    from rtc_agent.server import create_app
+    from rtc_agent.app import create_app
 
     try:
         settings = settings_from_args(args)

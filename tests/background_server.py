@@ -23,8 +23,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from rtc_agent.app import create_app
 from rtc_agent.config import Settings
-from rtc_agent.server import create_app
 from rtc_agent.server.keys import REGISTRY
 from tests.conftest import free_port, shared_worker
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
+from rtc_agent.app import create_app
 from rtc_agent.config import Settings
 from rtc_agent.engines import engine_specs
-from rtc_agent.server import create_app
 from rtc_agent.worker import Worker
 
 

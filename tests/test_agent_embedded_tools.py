@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rtc_agent.engines.asr.base import TranscribeRequest
-from rtc_agent.engines.llm.smollm import offers_tools_by_default
+from rtc_agent.engines.llm.packaged import offers_tools_by_default
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
 from rtc_agent.server.keys import WORKER

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
 from rtc_agent.apps.agent.builtin_tools import register_builtins
 from rtc_agent.apps.agent.responder import Responder, ResponseOptions
-from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry
-from rtc_agent.engines.llm.base import ChatDelta, ChatRequest
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
+from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest
 from rtc_agent.engines.tts.base import Synthesis
 from rtc_agent.rtc import SpeechOutput
 

@@ -6,14 +6,13 @@ import datetime as dt
 
 import pytest
 
-from rtc_agent.apps.agent.builtin_tools import (
-    builtin_tools,
-    calculate,
-    convert_units,
-    get_current_time,
-    register_builtins,
-)
-from rtc_agent.apps.agent.tools import ToolError, ToolRegistry, validate
+from rtc_agent.apps.agent.builtin_arithmetic import calculate
+from rtc_agent.apps.agent.builtin_clock import get_current_time
+from rtc_agent.apps.agent.builtin_tools import builtin_tools, register_builtins
+from rtc_agent.apps.agent.builtin_units import convert_units
+from rtc_agent.apps.agent.tool import ToolError
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
+from rtc_agent.apps.agent.tool_schema import validate
 
 FIXED = dt.datetime(2026, 7, 4, 16, 5, 9, tzinfo=dt.UTC)
 

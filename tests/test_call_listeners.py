@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rtc_agent.apps.call.room_registry import RoomRegistry
 from rtc_agent.config import Settings
 from rtc_agent.protocol.events import CaptionFinal
-from rtc_agent.rooms.room import RoomRegistry
 from tests import browser as browser_support
 from tests.browser import CHROMIUM, BrowserPage, browser_test, chromium_args, serve, write_wav
 from tests.test_rooms import person

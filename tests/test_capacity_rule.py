@@ -12,11 +12,27 @@ import pytest
 from rtc_agent.config import Settings, SettingsError
 from rtc_agent.config.validation import validate
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
-from rtc_agent.engines.speed_probes import FINAL_BEAM, PARTIAL_BATCH, asr_probe, embedded_probes
+from rtc_agent.engines.speed_probes import (
+    FINAL_BEAM,
+    PARTIAL_BATCH,
+    asr_expected_s,
+    asr_probe,
+    embedded_expectations,
+    embedded_probes,
+)
 from rtc_agent.errors import AtCapacity
 from rtc_agent.worker import EngineSpec, LoadAdmission, Worker
 from rtc_agent.worker.capacity import CapacityPlanner, app_capacity, app_demand, parse_overrides
-from rtc_agent.worker.speed import ProbeResult, SpeedBook, SpeedProbe
+from rtc_agent.worker.speed import (
+    MIN_RUNNING,
+    ProbeResult,
+    RunningSpeed,
+    ServiceLog,
+    ServiceSample,
+    SpeedBook,
+    SpeedProbe,
+)
+from tests.fakes import ScriptedASR
 
 # Whisper base on a fast 2-core machine, and the same machine twice as slow (the AMD EPYC of issue 19)
 FAST = {"asr": {"partial_s": 0.11, "partial_batch_s": 0.06, "final_s": 0.30}}
@@ -84,27 +100,135 @@ def test_overrides_replace_the_measured_limit():
 
 def test_settings_validation_of_the_capacity_settings():
     validate(dataclasses.replace(Settings(), capacity_sessions=["captions=2", "agent=1"], capacity_safety=2.0))
+    validate(dataclasses.replace(Settings(), capacity_running_window=3, capacity_running_recovery=1.0))
     for bad in ({"capacity_sessions": ["captions=0"]}, {"capacity_sessions": ["echo=2"]},
-                {"capacity_sessions": ["captions"]}, {"capacity_safety": 0.5}):
+                {"capacity_sessions": ["captions"]}, {"capacity_safety": 0.5}, {"capacity_running_window": 2},
+                {"capacity_running_recovery": 0.0}, {"capacity_running_recovery": 1.5}):
         with pytest.raises(SettingsError):
             validate(dataclasses.replace(Settings(), **bad))
 
 
-def test_speed_book_blends_reprobes_and_running_figures():
+def test_speed_book_blends_reprobes_and_keeps_the_probe_figures_apart_from_the_running_ones():
     book = SpeedBook()
     book.expect(["asr"])
-    assert not book.observe("asr", "final_s", 1.0)  # nothing to update before a probe
+    assert not book.observe_slowdown("asr", 2.0)  # nothing to slow down before a probe
     book.record("asr", ProbeResult({"final_s": 0.4}, parallel=2, note="speech (tts)"))
     assert book.pending == set() and book.parallel() == {"asr": 2}
     book.record("asr", ProbeResult({"final_s": 0.8}, parallel=2))
     assert book.figures()["asr"]["final_s"] == pytest.approx(0.4 + 0.3 * 0.4)
-    assert book.observe("asr", "final_s", 0.52)
-    assert book.figures()["asr"]["final_s"] == pytest.approx(0.52)
-    assert not book.observe("asr", "unknown_s", 1.0)
-    snapshot = book.snapshot()
-    assert snapshot["engines"]["asr"]["source"] == "running" and snapshot["engines"]["asr"]["probes"] == 2
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        assert not book.observe_slowdown("asr", bad)
+    snapshot = book.snapshot()["engines"]["asr"]
+    assert snapshot["source"] == "probe" and snapshot["probes"] == 2 and snapshot["slowdown"] == 1.0
     book.fail("tts", "not loaded")
     assert book.snapshot()["failed"] == {"tts": "not loaded"}
+
+
+@pytest.mark.parametrize("slow", [1.5, 2.0, 3.0])
+def test_the_running_slowdown_drops_capacity_at_once_and_raises_it_slowly(slow):
+    book = SpeedBook(window=10, recovery=0.05)
+    book.record("asr", ProbeResult(FAST["asr"], parallel=2))
+    planner = CapacityPlanner(book, max_sessions=16)
+    assert planner.limit("captions") == 10
+    for _ in range(MIN_RUNNING):  # batches take ``slow`` times what the probe predicts
+        assert book.observe_slowdown("asr", slow * 1.02)
+    assert book.figures()["asr"]["final_s"] == pytest.approx(FAST["asr"]["final_s"] * slow * 1.02)
+    assert book.probe_figures() == FAST  # the probe's figures stay as measured
+    lowered = planner.limit("captions")
+    assert lowered == limit("captions", {"asr": {k: v * slow * 1.02 for k, v in FAST["asr"].items()}}) < 10
+    snapshot = planner.snapshot()
+    assert snapshot["apps"]["captions"]["probe_sessions"] == 10 and snapshot["apps"]["captions"]["sessions"] == lowered
+    assert snapshot["engines"]["asr"]["source"] == "running"
+    assert snapshot["engines"]["asr"]["slowdown"] == pytest.approx(slow * 1.02, rel=1e-3)
+    # the machine is fast again: after a few batches the limit has not jumped back...
+    for _ in range(8):
+        book.observe_slowdown("asr", 1.0)
+    assert lowered <= planner.limit("captions") < 10
+    for _ in range(200):  # ...but it comes back over many
+        book.observe_slowdown("asr", 1.0)
+    assert planner.limit("captions") == 10
+    # a noisy batch (a stall) moves the median, not the limit, on its own; a clamped outlier stays bounded
+    book.observe_slowdown("asr", 1e6)
+    assert planner.limit("captions") == 10
+
+
+def test_asr_expectation_follows_the_probe_shapes():
+    figures = FAST["asr"]
+    one = ServiceSample((("partial", 4.0),), 0.2)
+    assert asr_expected_s(figures, one) == pytest.approx(figures["partial_s"])
+    four = ServiceSample((("partial", 4.0),) * 4, 0.5)
+    assert asr_expected_s(figures, four) == pytest.approx(4 * figures["partial_batch_s"])
+    two = asr_expected_s(figures, ServiceSample((("partial", 4.0),) * 2, 0.3))
+    assert 2 * figures["partial_batch_s"] < two < 2 * figures["partial_s"]
+    final = ServiceSample((("final", 16.0),), 1.0)
+    assert asr_expected_s(figures, final) == pytest.approx(2 * figures["final_s"])
+    mixed = ServiceSample((("final", 8.0), ("partial", 4.0)), 1.0)
+    assert asr_expected_s(figures, mixed) == pytest.approx(figures["final_s"] + figures["partial_s"])
+    for odd in ((("partial", 0.4),), (("final", 28.0),), (("speech", 4.0),), ()):
+        assert asr_expected_s(figures, ServiceSample(odd, 1.0)) is None  # says nothing reliable
+    assert asr_expected_s({"final_s": 0.3}, one) is None
+    assert set(embedded_expectations(Settings())) == {"asr"}
+    assert embedded_expectations(dataclasses.replace(Settings(), asr_engine="openai")) == {}
+
+
+async def test_running_speed_feeds_the_book_only_while_sessions_run():
+    class Logged:
+        def __init__(self) -> None:
+            self.service_log = ServiceLog(size=8)
+
+        def load(self, progress) -> None:
+            self.service_log.add(ServiceSample((("final", 8.0),), 30.0))  # a warm-up: not the running speed
+
+        def run_batch(self, requests):
+            return [None for _ in requests]
+
+    engine = Logged()
+    worker = Worker()
+    worker.add(EngineSpec("asr", lambda: engine))
+    book = SpeedBook(window=5)
+    busy = {"now": False}
+    running = RunningSpeed(worker, book, {"asr": asr_expected_s, "llm": asr_expected_s},
+                           busy=lambda: busy["now"], poll_s=0.01)
+    try:
+        assert await running.poll() == 0  # not loaded: never loaded by the running speed
+        await worker.load("asr")
+        book.record("asr", ProbeResult(FAST["asr"], parallel=2))
+        assert await running.poll() == 0  # the warm-up before: skipped
+        final = FAST["asr"]["final_s"]
+        engine.service_log.add(ServiceSample((("final", 8.0),), 3 * final))
+        assert await running.poll() == 0  # no session runs: the probe's own batches look like this
+        busy["now"] = True
+        for _ in range(MIN_RUNNING):
+            engine.service_log.add(ServiceSample((("final", 8.0),), 3 * final))
+        engine.service_log.add(ServiceSample((("partial", 0.4),), 9.0))  # outside the probe's shapes: left out
+        assert await running.poll() == MIN_RUNNING
+        assert book.snapshot()["engines"]["asr"]["slowdown"] == pytest.approx(3.0)
+        assert book.figures()["asr"]["final_s"] == pytest.approx(3 * final)
+        running.start()
+        for _ in range(3):
+            engine.service_log.add(ServiceSample((("final", 8.0),), 6 * final))
+        async with asyncio.timeout(5):
+            while book.snapshot()["engines"]["asr"]["slowdown"] < 5.9:
+                await asyncio.sleep(0.01)
+    finally:
+        await running.stop()
+        await worker.close()
+
+
+def test_service_log_cursor_returns_each_sample_once_and_drops_the_oldest():
+    log = ServiceLog(size=3)
+    samples = [ServiceSample((("partial", 4.0),), float(i)) for i in range(5)]
+    got, cursor = log.since(0)
+    assert got == [] and cursor == 0
+    for s in samples[:2]:
+        log.add(s)
+    got, cursor = log.since(cursor)
+    assert got == samples[:2] and cursor == 2
+    for s in samples[2:]:
+        log.add(s)
+    got, cursor = log.since(cursor)
+    assert got == samples[2:] and cursor == 5
+    assert log.since(0)[0] == samples[2:]  # only the last ``size`` are kept
 
 
 def test_planner_follows_the_book_and_can_be_switched_off():
@@ -158,22 +282,14 @@ def test_admission_without_capacity_or_unmeasured_admits():
     LoadAdmission(max_loop_lag_ms=0, max_queue_delay_ms=0, lag_monitor=_Lag(), worker=_Quiet()).check("captions")
 
 
-class _ScriptedASR:
-    """Records the requests the probe sends; answers like a recognizer that heard four words."""
-
-    def __init__(self) -> None:
-        self.batches: list[list] = []
-
-    def load(self, progress) -> None:
-        pass
-
-    def run_batch(self, requests: list) -> list:
-        self.batches.append(list(requests))
-        return [Transcript(text="one two three four", audio_s=r.duration_s) for r in requests]
+def four_word_asr() -> ScriptedASR:
+    """A scripted recognizer that records the requests the probe sends and answers like one that heard four
+    words."""
+    return ScriptedASR(lambda r: Transcript(text="one two three four", audio_s=r.duration_s))
 
 
 async def test_probe_times_the_captions_shapes_of_the_loaded_engines_only():
-    engine = _ScriptedASR()
+    engine = four_word_asr()
     worker = Worker()
     worker.add(EngineSpec("asr", lambda: engine, max_batch=8, concurrency=2))
     worker.add(EngineSpec("tts", lambda: engine))  # registered, never loaded
@@ -195,7 +311,7 @@ async def test_probe_times_the_captions_shapes_of_the_loaded_engines_only():
 
 
 async def test_asr_probe_decodes_tts_speech_when_the_voice_is_loaded():
-    engine = _ScriptedASR()
+    engine = four_word_asr()
 
     class Voice:
         def __init__(self) -> None:
@@ -215,7 +331,7 @@ async def test_asr_probe_decodes_tts_speech_when_the_voice_is_loaded():
 
 async def test_probe_waits_for_the_load_then_reprobes_only_while_idle():
     worker = Worker()
-    worker.add(EngineSpec("asr", _ScriptedASR))
+    worker.add(EngineSpec("asr", four_word_asr))
     book, idle, runs = SpeedBook(), {"now": True}, []
 
     async def probe_fn(call) -> ProbeResult:
@@ -241,3 +357,17 @@ async def test_probe_waits_for_the_load_then_reprobes_only_while_idle():
     finally:
         await probe.stop()
         await worker.close()
+
+
+def test_a_machine_faster_than_its_probe_gains_capacity_only_slowly_and_one_odd_batch_does_not_count():
+    book = SpeedBook(window=20, recovery=0.05)
+    book.record("asr", ProbeResult(FAST["asr"], parallel=2))
+    planner = CapacityPlanner(book, max_sessions=16)
+    book.observe_slowdown("asr", 20.0)  # one stalled batch first: fewer than MIN_RUNNING ratios count for nothing
+    assert planner.limit("captions") == 10
+    for _ in range(MIN_RUNNING + 4):
+        book.observe_slowdown("asr", 0.6)
+    assert 10 <= planner.limit("captions") <= 12  # not at once to what 0.6 x the figures would give
+    for _ in range(300):
+        book.observe_slowdown("asr", 0.6)
+    assert planner.limit("captions") == 16  # floor(10 / 0.6) capped by max_sessions

@@ -109,3 +109,44 @@ async def test_capacity_override_and_switch(start_server):
     assert apps["agent"]["source"] == "unmeasured" and apps["agent"]["sessions"] is None  # nothing preloaded
     off = await start_server(capacity_sessions=["captions=1"], admission_capacity=False)
     assert (await _health(off))["capacity"]["apps"]["captions"]["enforced"] is False
+
+
+async def test_capacity_follows_the_running_speed_and_refuses_past_the_lowered_limit(start_server):
+    """No start-up probe here: the figures are scripted into the book, and the engine's service log gets the
+    batches of a machine that turns slow under load (the running speed is polled by hand, not on its timer)."""
+    from rtc_agent.server.capacity import CAPACITY, RUNNING_SPEED
+    from rtc_agent.server.keys import WORKER
+    from rtc_agent.worker.speed import MIN_RUNNING, ProbeResult, ServiceSample
+
+    server = await start_server(speed_probe=False, max_sessions=8)
+    planner, running, worker = server.app[CAPACITY], server.app[RUNNING_SPEED], server.app[WORKER]
+    fast = {"partial_s": 0.11, "partial_batch_s": 0.06, "final_s": 0.30}
+    planner.book.record("asr", ProbeResult(fast, parallel=2, note="scripted"))
+    captions = (await _health(server))["capacity"]["apps"]["captions"]
+    assert captions["sessions"] == captions["probe_sessions"] == 8 and captions["source"] == "measured"
+
+    engine = await worker.load("asr")
+    await running.poll()  # (its timer may have done so already) from here on the engine's batches count
+    async with ClientPeer(server.url, "captions", config={"language": "en"}, receive_audio=False) as first:
+        assert first.session_id
+        for _ in range(2 * MIN_RUNNING):  # finals under load take 10 x what the probe predicts
+            engine.service_log.add(ServiceSample((("final", 8.0),), 10 * fast["final_s"]))
+        assert await running.poll() >= 2 * MIN_RUNNING
+        capacity = (await _health(server))["capacity"]
+        asr = capacity["engines"]["asr"]
+        assert asr["source"] == "running" and asr["slowdown"] >= 5.0
+        assert asr["figures"]["final_s"] == pytest.approx(0.30)  # the probe's figure, shown beside the running one
+        assert asr["running_figures"]["final_s"] >= 5 * 0.30
+        captions = capacity["apps"]["captions"]
+        assert captions["probe_sessions"] == 8 and captions["sessions"] == 1 and captions["running"] == 1
+
+        async with aiohttp.ClientSession() as http, http.post(
+            f"{server.url}/v1/sessions", json={"app": "captions", "sdp": "v=0"}
+        ) as resp:
+            body = await resp.json()
+            assert resp.status == 503 and body["error"]["code"] == "server_busy"
+        second = ClientPeer(server.url, "captions", config={"language": "en"}, receive_audio=False)
+        with pytest.raises(SessionRefused) as refused:
+            await second.connect()
+        await second.close(delete=False)
+        assert refused.value.status == 503 and refused.value.body["error"]["code"] == "server_busy"

@@ -1,5 +1,5 @@
 """The captions app ends a session's speech with a final caption (bounded wait) or says what it dropped (issue 11):
-a scripted worker stands in for the VAD and a busy ASR engine."""
+scripted VAD and ASR engines (the ASR a busy one) in a real worker."""
 
 from __future__ import annotations
 
@@ -11,29 +11,25 @@ import numpy as np
 import pytest
 
 from rtc_agent.apps.captions.app import CaptionsApp
-from rtc_agent.engines.asr.base import Segment, Transcript
-from tests.app_context import ScriptedAppContext
+from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
+from rtc_agent.worker import Worker
+from tests.fakes import ScriptedAppContext, ScriptedASR, ScriptedVAD, register
 
 
-class ScriptedWorker:
-    """VAD says "speech" for every window; ASR answers after ``asr_delay`` seconds (a busy engine)."""
-
-    def __init__(self, asr_delay: float) -> None:
-        self.asr_delay = asr_delay
-
-    async def call(self, engine: str, request: Any) -> Any:
-        if engine == "vad":
-            await asyncio.sleep(0.002)
-            return np.full(len(request.windows), 0.9, dtype=np.float32)
-        await asyncio.sleep(self.asr_delay)
-        audio_s = len(request.audio) / 16000
-        return Transcript(text="hello there", segments=[Segment(0.0, audio_s, "hello there")], language="en",
-                          language_prob=1.0, prefix_applied=True, audio_s=audio_s)
+def hello_there(request: TranscribeRequest) -> Transcript:
+    """The scripted ASR's answer to every decode: "hello there", in English, over the whole audio."""
+    audio_s = len(request.audio) / 16000
+    return Transcript(text="hello there", segments=[Segment(0.0, audio_s, "hello there")], language="en",
+                      language_prob=1.0, prefix_applied=True, audio_s=audio_s)
 
 
 async def captions_closed_with(reason: str, asr_delay: float, **settings: Any) -> tuple[ScriptedAppContext, float]:
     """Speak 1.5 s into a captions app, end it with ``reason``; the context and how long close() took."""
-    ctx = ScriptedAppContext(ScriptedWorker(asr_delay), **settings)
+    asr = ScriptedASR(hello_there, delay_s=asr_delay)  # a busy engine
+    worker = Worker()
+    register(worker, "vad", ScriptedVAD(0.9, delay_s=0.002), max_queue=64)  # every window is speech
+    register(worker, "asr", asr, max_queue=64, concurrency=8)
+    ctx = ScriptedAppContext(worker, **settings)
     app = CaptionsApp(ctx, CaptionsApp.validate_config({"vision": False, "language": "en"}, ctx.settings))
     await app.start()
     tone = (np.sin(np.arange(320) / 3) * 8000).astype(np.int16)
@@ -48,6 +44,8 @@ async def captions_closed_with(reason: str, asr_delay: float, **settings: Any) -
     for task in ctx.tasks:
         task.cancel()
     await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    asr.release()  # no engine thread left waiting out its delay
+    await worker.close()
     return ctx, took
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from rtc_agent.apps.captions.local_agreement import LocalAgreement, common_prefix, strip_committed
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent, SpeechSegmenter
-from rtc_agent.apps.captions.transcriber import StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.captions.transcriber import StreamingTranscriber
+from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
 from rtc_agent.errors import AtCapacity
 

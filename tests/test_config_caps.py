@@ -7,9 +7,7 @@ event is an ``error`` event while the session goes on.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -26,6 +24,7 @@ from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol.events import ConversationItemCreate, SessionUpdate, VisionPrompt
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.worker import Worker
+from tests.fakes import ScriptedAppContext
 
 SMALL = dataclasses.replace(Settings(), max_instructions_chars=100, max_text_field_chars=20, max_tools=2,
                             max_tool_schema_bytes=400)
@@ -38,28 +37,9 @@ def too_large(call: Any, *args: Any) -> InvalidRequest:
     return info.value
 
 
-class Ctx:
-    """The parts of AppContext the apps use at construction and in ``on_event``."""
-
-    session_id = "sess_caps"
-    speech = None
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.worker = Worker()
-        self.events: list[Any] = []
-
-    def now_ms(self) -> int:
-        return 0
-
-    def emit(self, event: Any) -> None:
-        self.events.append(event)
-
-    def observe(self, stage: str, seconds: float) -> None:
-        pass
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        return asyncio.get_running_loop().create_task(coro, name=name)
+def caps_context(settings: Settings) -> ScriptedAppContext:
+    """A session context for the apps at construction and in ``on_event``: a real worker, no engine."""
+    return ScriptedAppContext(Worker(), settings=settings, session_id="sess_caps")
 
 
 def test_defaults_are_settings_in_the_limits_group():
@@ -107,7 +87,7 @@ def test_error_messages_never_echo_a_huge_value():
 
 
 async def test_agent_events_over_the_caps_are_refused_and_change_nothing():
-    ctx = Ctx(SMALL)
+    ctx = caps_context(SMALL)
     app = AgentApp(ctx, AgentApp.validate_config({"instructions": "be brief"}, SMALL))
     error = too_large(lambda: app._update_session({"instructions": "i" * 101}))
     assert "session.instructions" in error.message
@@ -138,7 +118,7 @@ async def test_agent_events_over_the_caps_are_refused_and_change_nothing():
 
 
 async def test_vision_prompt_event_is_capped():
-    ctx = Ctx(SMALL)
+    ctx = caps_context(SMALL)
     commentary = VisionCommentary(ctx, ctx.worker, "vlm")
     with pytest.raises(InvalidRequest) as info:
         await commentary.prompt("p" * 21)

@@ -25,37 +25,11 @@ from rtc_agent.config import Settings, SettingsError
 from rtc_agent.engines import st
 from rtc_agent.engines.st import Translation
 from rtc_agent.engines.tts.base import Synthesis
-from rtc_agent.engines.vad import VadRequest
 from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.worker import EngineSpec, Worker
+from tests.fakes import ScriptedTranslator, ScriptedVAD, loud_above
 
 SR = 16000
-
-
-class Scripted:
-    """A translator that answers from a script (str -> Translation; Exception -> raised) and records requests."""
-
-    name = "scripted"
-
-    def __init__(self, answers: list[Any] | None = None, *, max_model_len: int | None = None) -> None:
-        self.answers = list(answers or [])
-        self.max_model_len = max_model_len
-        self.requests: list[st.TranslateRequest] = []
-        self.pending = False
-        self.resets = 0
-
-    async def translate(self, request: st.TranslateRequest) -> Translation:
-        self.requests.append(request)
-        answer = self.answers.pop(0) if self.answers else ""
-        if isinstance(answer, Exception):
-            raise answer
-        if isinstance(answer, Translation):
-            return answer
-        return Translation(answer, source_text=f"src{len(self.requests)}", prompt_tokens=100 * len(self.requests),
-                           completion_tokens=len(answer.split()))
-
-    def reset(self) -> None:
-        self.resets += 1
 
 
 def grid(index: int, chunk_ms: int = 800) -> tuple[int, int]:
@@ -69,8 +43,9 @@ def chunk(index: int, voiced: bool = True, chunk_ms: int = 800) -> AudioChunk:
     return AudioChunk(index, start, end, audio, voiced, speech_end_ms=end if voiced else None)
 
 
-def make(answers: list[Any] | None = None, **config: Any) -> tuple[SimulPolicy, Scripted, list[Any], list[Any]]:
-    translator = Scripted(answers, max_model_len=config.get("max_model_len"))
+def make(answers: list[Any] | None = None,
+         **config: Any) -> tuple[SimulPolicy, ScriptedTranslator, list[Any], list[Any]]:
+    translator = ScriptedTranslator(answers, max_model_len=config.get("max_model_len"))
     events: list[Any] = []
     said: list[Any] = []
     policy = SimulPolicy(PolicyConfig(**config), translator, events.append, source_language="es",
@@ -305,29 +280,17 @@ async def test_cut_keeps_the_source_clock_and_chunk_numbering():
         await policy.process(chunk(2))  # chunks must keep coming in order after the cut too
 
 
-class _CountingVad:
-    """A fake Silero: speech where the window is loud; counts its calls and marks the stream's state."""
-
-    def __init__(self) -> None:
-        self.requests: list[VadRequest] = []
-
-    def load(self, progress: Any) -> None:
-        pass
-
-    def run_batch(self, requests: list[VadRequest]) -> list[np.ndarray]:
-        out = []
-        for request in requests:
-            self.requests.append(request)
-            request.stream.state = request.stream.state + 1.0  # the state advances with every window batch
-            out.append((np.abs(request.windows).max(axis=1) > 0.005).astype(np.float32))
-        return out
+def counting_vad() -> ScriptedVAD:
+    """A scripted Silero: speech where the window is loud; it records its requests and advances the stream's state
+    by 1.0 for each (a valid ``EngineSpec.factory``)."""
+    return ScriptedVAD(loud_above(0.005), record=True)
 
 
 async def test_vad_state_and_grid_are_untouched_by_cuts():
-    vad = _CountingVad()
+    vad = counting_vad()
     worker = Worker()
     worker.add(EngineSpec(name="vad", factory=lambda: vad, max_queue=8))
-    translator = Scripted(["a", Translation("b", stop_reason="length"), "c", "d", "e", "f", "g"])
+    translator = ScriptedTranslator(["a", Translation("b", stop_reason="length"), "c", "d", "e", "f", "g"])
     events: list[Any] = []
     policy = SimulPolicy(PolicyConfig(), translator, events.append)
     pipeline = InterpretPipeline(policy, worker, ChunkCutter())
@@ -349,7 +312,7 @@ async def test_vad_state_and_grid_are_untouched_by_cuts():
 async def test_live_pipeline_drops_the_oldest_waiting_chunk_when_the_model_falls_behind():
     gate = asyncio.Event()
 
-    class Slow(Scripted):
+    class Slow(ScriptedTranslator):
         async def translate(self, request: st.TranslateRequest) -> Translation:
             await gate.wait()
             return await super().translate(request)
@@ -476,10 +439,10 @@ async def test_speech_plays_in_order_and_catches_up_when_it_lags():
 
 
 async def test_live_pipeline_cuts_the_pushed_audio_on_the_grid():
-    vad = _CountingVad()
+    vad = counting_vad()
     worker = Worker()
     worker.add(EngineSpec(name="vad", factory=lambda: vad, max_queue=64))
-    translator = Scripted()
+    translator = ScriptedTranslator()
     events: list[Any] = []
     pipeline = InterpretPipeline(SimulPolicy(PolicyConfig(), translator, events.append), worker, ChunkCutter())
     tasks = [asyncio.create_task(pipeline.run_vad()), asyncio.create_task(pipeline.run_policy())]

@@ -17,12 +17,19 @@ import numpy as np
 
 from rtc_agent.apps.interpret import ChunkCutter, InterpretApp, InterpretPipeline, PolicyConfig, SimulPolicy
 from rtc_agent.engines import st
-from rtc_agent.engines.asr.base import Segment, Transcript
+from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
 from rtc_agent.engines.st import Translation
 from rtc_agent.protocol.events import SessionUpdate
 from rtc_agent.worker import EngineSpec, Worker
-from tests.app_context import ScriptedAppContext
-from tests.test_interpret_policy import Scripted, _CountingVad, chunk
+from tests.fakes import (
+    ScriptedAppContext,
+    ScriptedASR,
+    ScriptedTranslator,
+    ScriptedVAD,
+    loud_above,
+    register,
+)
+from tests.test_interpret_policy import chunk, counting_vad
 
 SR = 16000
 
@@ -32,8 +39,8 @@ def detected(ranking: list[tuple[str, float]], audio_s: float = 1.6, text: str =
                                     "language_audio_s": audio_s})
 
 
-def auto_policy(answers: list[Any], **kwargs: Any) -> tuple[SimulPolicy, Scripted]:
-    translator = Scripted(answers)
+def auto_policy(answers: list[Any], **kwargs: Any) -> tuple[SimulPolicy, ScriptedTranslator]:
+    translator = ScriptedTranslator(answers)
     return SimulPolicy(PolicyConfig(), translator, lambda e: None, **kwargs), translator
 
 
@@ -100,12 +107,13 @@ async def test_the_source_captions_can_drive_the_policy_instead():
 # --- the pipeline shares its VAD windows ------------------------------------------------------------------------
 
 async def test_pipeline_hands_every_vad_window_and_audio_push_to_its_listener():
-    vad = _CountingVad()
+    vad = counting_vad()
     worker = Worker()
     worker.add(EngineSpec(name="vad", factory=lambda: vad, max_queue=64))
     windows: list[tuple[float, int, int]] = []
     pushes: list[int] = []
-    pipeline = InterpretPipeline(SimulPolicy(PolicyConfig(), Scripted(), lambda e: None), worker, ChunkCutter(),
+    policy = SimulPolicy(PolicyConfig(), ScriptedTranslator(), lambda e: None)
+    pipeline = InterpretPipeline(policy, worker, ChunkCutter(),
                                  on_window=lambda p, a, b: windows.append((p, a, b)),
                                  on_audio=lambda pcm, start: pushes.append(start))
     task = asyncio.create_task(pipeline.run_vad())
@@ -130,26 +138,23 @@ async def test_pipeline_hands_every_vad_window_and_audio_push_to_its_listener():
 
 # --- the app with source captions --------------------------------------------------------------------------------
 
-class ScriptedWorker:
-    """VAD: speech where the window is loud. ASR: Spanish source, English translation, a confident detection."""
-
-    def __init__(self) -> None:
-        self.asr: list[Any] = []
-
-    async def call(self, engine: str, request: Any, timeout: float | None = None) -> Any:
-        await asyncio.sleep(0.002)
-        if engine == "vad":
-            return (np.abs(request.windows).max(axis=1) > 0.01).astype(np.float32)
-        self.asr.append(request)
-        audio_s = len(request.audio) / SR
-        text = "hola amigos de la casa" if request.task == "transcribe" else "hello friends of the house"
-        return Transcript(text=text, segments=[Segment(0.0, audio_s, f" {text}")], language=request.language or "es",
-                          language_prob=0.96, language_probs=[("es", 0.96), ("pt", 0.02)], prefix_applied=False,
-                          audio_s=audio_s)
+def spanish_source(request: TranscribeRequest) -> Transcript:
+    """The scripted ASR's answer: Spanish source, English translation, a confident detection."""
+    audio_s = len(request.audio) / SR
+    text = "hola amigos de la casa" if request.task == "transcribe" else "hello friends of the house"
+    return Transcript(text=text, segments=[Segment(0.0, audio_s, f" {text}")], language=request.language or "es",
+                      language_prob=0.96, language_probs=[("es", 0.96), ("pt", 0.02)], prefix_applied=False,
+                      audio_s=audio_s)
 
 
-def make_context() -> ScriptedAppContext:
-    return ScriptedAppContext(ScriptedWorker(), close_reason="deleted", st_engine="embedded")
+def make_context() -> tuple[ScriptedAppContext, ScriptedASR]:
+    """A session whose real worker has a scripted VAD (speech where the window is loud) and a scripted ASR
+    (:func:`spanish_source`), each taking 2 ms a batch; and that ASR, which records the requests."""
+    asr = ScriptedASR(spanish_source, delay_s=0.002)
+    worker = Worker()
+    register(worker, "vad", ScriptedVAD(loud_above(0.01), delay_s=0.002), max_queue=64)
+    register(worker, "asr", asr, max_queue=64, concurrency=8)
+    return ScriptedAppContext(worker, close_reason="deleted", st_engine="embedded"), asr
 
 
 async def speak(app: InterpretApp, ctx: ScriptedAppContext, seconds: float, loud: bool) -> None:
@@ -161,7 +166,7 @@ async def speak(app: InterpretApp, ctx: ScriptedAppContext, seconds: float, loud
 
 
 async def test_interpret_app_shows_the_source_with_captions_and_follows_their_language():
-    ctx = make_context()
+    ctx, asr = make_context()
     config = InterpretApp.validate_config({"source_text": True, "language_prior": "en-GB", "speak": False},
                                           ctx.settings)
     assert config["source_language"] == "auto" and config["language_prior"] == "en"
@@ -186,6 +191,7 @@ async def test_interpret_app_shows_the_source_with_captions_and_follows_their_la
     finally:
         for task in ctx.tasks:
             task.cancel()
+        await ctx.worker.close()
     types = [e.type for e in ctx.events]
     assert "input_audio_buffer.speech_started" in types and "input_audio_buffer.speech_stopped" in types
     finals = ctx.of("caption.final")
@@ -194,14 +200,14 @@ async def test_interpret_app_shows_the_source_with_captions_and_follows_their_la
     chunks = ctx.of("translation.chunk")
     assert any(c.action == "EMIT" for c in chunks) or ctx.of("translation.flush")
     assert all(c.source_text is None for c in chunks)  # the source is on the captions, not on the chunks
-    translate = [r for r in ctx.worker.asr if r.task == "translate"]
+    translate = [r for r in asr.requests if r.task == "translate"]
     assert translate[-1].language == "es" and translate[0].language is None
-    assert {r.task for r in ctx.worker.asr} == {"translate", "transcribe"}
+    assert {r.task for r in asr.requests} == {"translate", "transcribe"}
     assert app.stats()["source_captions"]["finals"] == 2
 
 
 async def test_source_language_update_reaches_the_source_captions():
-    ctx = make_context()
+    ctx, _ = make_context()
     app = InterpretApp(ctx, InterpretApp.validate_config({"source_text": True, "speak": False},  # type: ignore
                                                          ctx.settings))
     await app.on_event(SessionUpdate(session={"source_language": "de"}))
@@ -213,7 +219,7 @@ async def test_source_language_update_reaches_the_source_captions():
 
 
 def test_cascade_and_no_source_text_make_no_source_captions():
-    ctx = make_context()
+    ctx, _ = make_context()
     app = InterpretApp(ctx, InterpretApp.validate_config({"speak": False}, ctx.settings))  # type: ignore
     assert app.source is None and app.policy.observe_languages
     ctx.settings = dataclasses.replace(ctx.settings, st_engine="cascade")

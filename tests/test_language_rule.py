@@ -10,7 +10,8 @@ import numpy as np
 from rtc_agent.apps.captions.app import language_prior
 from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
-from rtc_agent.apps.captions.transcriber import StreamingTranscriber, TranscriberConfig
+from rtc_agent.apps.captions.transcriber import StreamingTranscriber
+from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 
 

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from rtc_agent.apps.agent.tool_parser import ParsedToolCall, ReplyParser, SpokenText
+from rtc_agent.apps.agent.reply_items import ParsedToolCall, SpokenText
+from rtc_agent.apps.agent.reply_parser import ReplyParser
 from rtc_agent.config import Settings, SettingsError
 from rtc_agent.engines.llm import CancelToken, ChatRequest, LLMClient, engine_spec
 from rtc_agent.engines.llm.openai import OpenAIChatEngine, chat_completions_url

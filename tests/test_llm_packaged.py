@@ -8,20 +8,19 @@ import importlib.util
 import pytest
 
 from rtc_agent.apps.agent.builtin_tools import register_builtins
-from rtc_agent.apps.agent.tools import ToolRegistry
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
 from rtc_agent.bench.tools import OFFER_TOOLS_SCORE, SUITE
 from rtc_agent.config import Settings
 from rtc_agent.engines.llm import engine_spec
-from rtc_agent.engines.llm.smollm import (
+from rtc_agent.engines.llm.chat_template import TOOLS_NOTE, compact_tools
+from rtc_agent.engines.llm.packaged import (
     DEFAULT_MODEL,
     PACKAGED_MODELS,
-    TOOLS_NOTE,
-    SmolLMEngine,
-    compact_tools,
     embedded_model_name,
     offers_tools_by_default,
     packaged_model,
 )
+from rtc_agent.engines.llm.smollm import SmolLMEngine
 from tests.embedded_llm import cache_dir
 
 needs_qwen = pytest.mark.skipif(
@@ -82,7 +81,7 @@ def test_qwen_from_its_packages_scores_on_the_tool_suite():
     engine.load(lambda message: None)
     assert engine.load_info["forward"] == "lean"
     # the compact tools reach the real chat template (Qwen's own tools section)
-    from rtc_agent.engines.llm.base import ChatRequest
+    from rtc_agent.engines.llm.messages import ChatRequest
 
     prompt = engine._tokenizer.decode(engine.encode(ChatRequest(
         messages=[{"role": "user", "content": "hi"}], tools=register_builtins(ToolRegistry()).specs())))

@@ -18,7 +18,8 @@ import pytest
 
 from rtc_agent.config import Settings
 from rtc_agent.engines.llm import CancelToken, ChatRequest, LLMClient, engine_spec
-from rtc_agent.engines.llm.smollm import SmolLMEngine, render_messages
+from rtc_agent.engines.llm.chat_template import render_messages
+from rtc_agent.engines.llm.smollm import SmolLMEngine
 from rtc_agent.errors import EngineError
 from rtc_agent.worker import Worker
 from tests.embedded_llm import cache_dir

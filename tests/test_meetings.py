@@ -8,13 +8,13 @@ import dataclasses
 
 import pytest
 
+from rtc_agent.apps.call.meetings import MEETING_ID, SESSION_SETUP_MARGIN_S, check_meeting_id
+from rtc_agent.apps.call.names import MAX_NAME, unique_name
+from rtc_agent.apps.call.room_registry import RoomRegistry
 from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol.events import CaptionFinal
-from rtc_agent.rooms.meetings import MEETING_ID, SESSION_SETUP_MARGIN_S, check_meeting_id, find_meeting
-from rtc_agent.rooms.names import MAX_NAME, unique_name
-from rtc_agent.rooms.room import RoomRegistry
-from tests.test_rooms import FakeCtx, person
+from tests.test_rooms import ParticipantContext, person
 
 
 class Clock:
@@ -50,7 +50,7 @@ def test_links_and_participants_share_the_current_meeting_until_it_ends(settings
     a = person("a", settings)
     room = registry.join("m", a)  # the link's meeting starts with its first participant
     assert room.meeting_id == pending.id and pending.state == "live"
-    assert book.bound("m", pending.id) is pending and find_meeting(pending.id) == (book, pending)
+    assert book.bound("m", pending.id) is pending and book.find(pending.id) is pending
     say(room, a, "first meeting")
     room.leave("a")
     assert "m" not in registry.rooms and pending.state == "idle"
@@ -62,7 +62,7 @@ def test_links_and_participants_share_the_current_meeting_until_it_ends(settings
     with pytest.raises(AgentError) as ended:
         book.bound("m", pending.id)
     assert ended.value.status == 410 and ended.value.code == "meeting_ended"
-    assert find_meeting(pending.id) is None
+    assert book.find(pending.id) is None
     second = registry.join("m", person("b", settings))  # without a link: a new meeting of the same name
     assert second.meeting_id != pending.id and book.for_link("m").id == second.meeting_id
     with pytest.raises(AgentError):
@@ -168,7 +168,7 @@ def test_a_taken_name_is_suffixed_for_everyone_and_in_the_transcript(settings):
     assert third.name == "Ana"  # the first Ana left: her name is free again
 
     # a rename to a taken name is suffixed too, and the session's config says so
-    ctx = FakeCtx("p5", settings)
+    ctx = ParticipantContext("p5", settings)
     app = CallApp(ctx, CallApp.validate_config({"room": "n", "name": "Cy"}, settings))
     app.room = registry.join("n", app.participant)
     app._update({"name": "bo"})

@@ -13,9 +13,8 @@ from typing import Any
 import aiohttp
 
 from rtc_agent.protocol.events import CaptionFinal
-from rtc_agent.rooms.room import registry_for
 from rtc_agent.rtc.client import ClientPeer
-from rtc_agent.server.keys import SETTINGS
+from rtc_agent.server.keys import ROOMS
 
 KEY = "m" * 32
 API = {"Authorization": f"Bearer {KEY}"}
@@ -50,7 +49,7 @@ def say(registry: Any, peer: ClientPeer, text: str) -> None:
 async def test_a_link_is_bound_to_its_meeting(start_server):
     server = await start_server(api_keys=[KEY], room_transcript_ttl_s=3600)
     base = server.url
-    registry = registry_for(server.app[SETTINGS])
+    registry = server.app[ROOMS]
     offset = [0.0]
     registry.meetings.clock = lambda: time.time() + offset[0]
     peers: list[ClientPeer] = []
@@ -128,7 +127,7 @@ async def test_a_link_is_bound_to_its_meeting(start_server):
 
 
 async def test_two_participants_named_ana_appear_as_ana_and_ana_2(server):
-    registry = registry_for(server.app[SETTINGS])
+    registry = server.app[ROOMS]
     peers = [ClientPeer(server.url, "call", config={"room": "names", "name": name}) for name in ("Ana", "Ana", "Bo")]
     try:
         for peer in peers:

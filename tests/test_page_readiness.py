@@ -19,19 +19,12 @@ from rtc_agent.protocol.events import InputAudioMuted
 from rtc_agent.server.health import readiness
 from rtc_agent.server.keys import SETTINGS, WORKER
 from rtc_agent.server.pages import capabilities
-
-
-class FakeWorker:
-    def __init__(self, stats: dict[str, dict[str, Any]]) -> None:
-        self._stats = stats
-
-    def stats(self) -> dict[str, dict[str, Any]]:
-        return self._stats
+from tests.fakes import ScriptedAppContext, ScriptedWorker
 
 
 def _app(stats: dict[str, dict[str, Any]], preload: list[str]) -> web.Application:
     app = web.Application()
-    app[WORKER] = FakeWorker(stats)  # type: ignore[assignment]
+    app[WORKER] = ScriptedWorker(stats)  # type: ignore[assignment]
     app[SETTINGS] = dataclasses.replace(Settings(), preload=preload)
     return app
 
@@ -132,16 +125,11 @@ class _Segmenter:
     min_silence_ms = 400
 
 
-class _Ctx:
-    def now_ms(self) -> int:
-        return 5000
-
-
 class _VadApp(App):
     name = "vad-test"
 
     def __init__(self) -> None:
-        super().__init__(_Ctx(), {})  # type: ignore[arg-type]
+        super().__init__(ScriptedAppContext(ms=5000), {})  # type: ignore[arg-type]
         self.segmenter = _Segmenter()
         self.windows: list[tuple[float, int, int]] = []
 
@@ -168,7 +156,7 @@ def test_translation_chunks_carry_the_detected_language():
     """The interpretation page shows the spoken language: chunks carry what the translator reports."""
     import numpy as np
 
-    from rtc_agent.apps.interpret.policy import AudioChunk, PolicyConfig, SimulPolicy
+    from rtc_agent.apps.interpret import AudioChunk, PolicyConfig, SimulPolicy
     from rtc_agent.engines.st.base import Translation
 
     events: list[Any] = []

@@ -11,12 +11,14 @@ import aiohttp
 import numpy as np
 import pytest
 
+from rtc_agent.apps.call.participant import Participant
+from rtc_agent.apps.call.room_registry import RoomRegistry
+from rtc_agent.apps.call.signal_relay import MAX_SIGNAL_BYTES, SignalBucket
 from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol.codec import encode
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial, CaptionTranslation
-from rtc_agent.rooms import room as rooms
-from rtc_agent.rooms.room import Participant, RoomRegistry
+from tests.fakes import ScriptedAppContext
 
 KEY = "k" * 32
 
@@ -37,25 +39,15 @@ class FakeSink:
         return []
 
 
-class FakeCtx:
+class ParticipantContext(ScriptedAppContext):
+    """A participant's session (session id ``pid``, no worker, a :class:`FakeSink` to speak into, 10 s on its
+    clock) that keeps its events as the JSON objects the client receives."""
+
     def __init__(self, pid: str, settings: Settings) -> None:
-        self.session_id = pid
-        self.settings = settings
-        self.worker = None
-        self.speech = FakeSink()
-        self.events: list[dict[str, Any]] = []
-        self.tasks: list[asyncio.Task] = []
+        super().__init__(None, settings=settings, session_id=pid, speech=FakeSink(), ms=10_000)
 
     def emit(self, event: Any) -> None:
         self.events.append(encode(event, event_id="e", session_ms=0))
-
-    def now_ms(self) -> int:
-        return 10_000
-
-    def spawn(self, coro: Any, name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self.tasks.append(task)
-        return task
 
     def types(self) -> list[str]:
         return [e["type"] for e in self.events]
@@ -63,7 +55,7 @@ class FakeCtx:
 
 def person(pid: str, settings: Settings, language: str = "en", listen: str | None = None, **kw: Any) -> Participant:
     return Participant(id=pid, name=pid.upper(), language=language, listen_language=listen or language,
-                       ctx=FakeCtx(pid, settings), **kw)
+                       ctx=ParticipantContext(pid, settings), **kw)
 
 
 @pytest.fixture
@@ -116,12 +108,12 @@ async def test_signal_relay_is_validated_and_rate_limited(settings):
            ("b", "answer", {"type": "offer", "sdp": "x"}, "invalid_signal"),
            ("b", "candidate", "nope", "invalid_signal"),
            ("b", "candidate", {"candidate": "c", "sdpMLineIndex": "0"}, "invalid_signal"),
-           ("b", "offer", {"type": "offer", "sdp": "x" * (rooms.MAX_SIGNAL_BYTES + 1)}, "signal_too_large")]
+           ("b", "offer", {"type": "offer", "sdp": "x" * (MAX_SIGNAL_BYTES + 1)}, "signal_too_large")]
     for to, kind, payload, code in bad:
         with pytest.raises(AgentError) as exc:
             room.relay_signal(a, to, kind, payload)
         assert exc.value.code == code, (to, kind)
-    a.bucket = rooms._Bucket(rate=0.0, burst=2)
+    a.bucket = SignalBucket(rate=0.0, burst=2)
     room.relay_signal(a, "b", "candidate", None)
     room.relay_signal(a, "b", "candidate", None)
     with pytest.raises(AgentError) as limited:
@@ -264,7 +256,7 @@ async def test_call_page_is_served(server):
 
 
 async def test_fanout_sink_plays_one_synthesis_on_every_listener(settings):
-    from rtc_agent.rooms.interpretation import FanoutSink
+    from rtc_agent.apps.call.speech_fanout import FanoutSink
 
     sink = FanoutSink()
     empty = sink.play(np.zeros(480, dtype=np.int16), 48000)
@@ -281,10 +273,11 @@ async def test_session_update_changes_languages_and_mute_live(settings):
 
     settings = dataclasses.replace(settings, max_room_participants=4)
     apps = []
+    registry = RoomRegistry(settings)
     for pid, language in (("es", "es"), ("en", "en")):
-        ctx = FakeCtx(pid, settings)
+        ctx = ParticipantContext(pid, settings)
         app = CallApp(ctx, CallApp.validate_config({"room": "upd", "name": pid, "language": language}, settings))
-        app.room = rooms.registry_for(settings).join("upd", app.participant)
+        app.room = registry.join("upd", app.participant)
         apps.append(app)
     es, en = apps
     room = es.room

@@ -13,10 +13,9 @@ import aiohttp
 import numpy as np
 import pytest
 
-from rtc_agent.rooms.room import registry_for
 from rtc_agent.rtc.client import ClientPeer, SessionRefused
 from rtc_agent.rtc.sources import PcmSourceTrack
-from rtc_agent.server.keys import SETTINGS, WORKER
+from rtc_agent.server.keys import ROOMS, WORKER
 from tests.conftest import rms
 from tests.espeak import espeak_clip, have_espeak
 from tests.speech import content_share, resample, speech_clip
@@ -65,7 +64,7 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
         assert [p["name"] for p in joined["participants"]] == ["Bea", "Alan", "Sofia"]
         assert joined["participant_id"] == sofia.session_id
         await bea.wait_for("room.participant.joined", lambda e: e["participant"]["name"] == "Sofia")
-        registry = registry_for(server.app[SETTINGS])
+        registry = server.app[ROOMS]
         assert set(registry.rooms[room].pairs) == {(sofia.session_id, "en")}  # one pipeline for two listeners
 
         await bea.wait_for("caption.final",

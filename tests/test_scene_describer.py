@@ -18,8 +18,8 @@ import cv2
 import numpy as np
 import pytest
 
-from rtc_agent.apps.vision_session import Segment, VisionOutput
-from rtc_agent.engines.vlm import SessionOptions
+from rtc_agent.engines.vlm import SessionOptions, VisionOutput
+from rtc_agent.engines.vlm.chat_format import Segment
 from rtc_agent.engines.vlm.scene import (
     SceneConfig,
     SceneDescriber,

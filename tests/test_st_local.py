@@ -10,46 +10,12 @@ import numpy as np
 import pytest
 
 from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
-from rtc_agent.engines.llm.base import ChatRequest, ChatResult, Usage
+from rtc_agent.engines.llm.messages import Usage
 from rtc_agent.engines.st import CascadeTranslator, TranslateRequest, Turn, WhisperTranslator
 from rtc_agent.worker import EngineSpec, Worker
+from tests.fakes import ScriptedASR, ScriptedChat
 
 SR = 16000
-
-
-class ScriptedWhisper:
-    """Answers each TranscribeRequest with ``answer(request) -> text or Transcript`` and records the requests."""
-
-    def __init__(self, answer: Callable[[TranscribeRequest], Any]) -> None:
-        self.answer = answer
-        self.requests: list[TranscribeRequest] = []
-
-    def load(self, progress: Any) -> None:
-        pass
-
-    def run_batch(self, requests: list[TranscribeRequest]) -> list[Transcript]:
-        out = []
-        for request in requests:
-            self.requests.append(request)
-            result = self.answer(request)
-            if isinstance(result, str):
-                result = Transcript(text=result, segments=[Segment(0.0, request.duration_s, " " + result)],
-                                    language=request.language, prefix_applied=True, audio_s=request.duration_s)
-            out.append(result)
-        return out
-
-
-class ScriptedChat:
-    def __init__(self, replies: list[str]) -> None:
-        self.replies = list(replies)
-        self.requests: list[ChatRequest] = []
-
-    def load(self, progress: Any) -> None:
-        pass
-
-    def run_batch(self, requests: list[Any]) -> list[ChatResult]:
-        self.requests.extend(requests)
-        return [ChatResult(text=self.replies.pop(0), usage=Usage(120, 6)) for _ in requests]
 
 
 @pytest.fixture
@@ -88,7 +54,7 @@ def by_length(script: dict[float, str]) -> Callable[[TranscribeRequest], str]:
 
 
 async def test_local_agreement_decides_emit_and_wait(worker):
-    whisper = add(worker, "asr", ScriptedWhisper(by_length({
+    whisper = add(worker, "asr", ScriptedASR(by_length({
         1.6: "The government", 2.4: "The government announced a", 3.2: "The government announced a new plan",
         4.0: "The government announced a new plan to improve",
     })))
@@ -102,7 +68,7 @@ async def test_local_agreement_decides_emit_and_wait(worker):
 
 
 async def test_agreement_with_either_of_the_two_previous_hypotheses(worker):
-    add(worker, "asr", ScriptedWhisper(by_length({1.6: "We are going", 2.4: "Where are you", 3.2: "We are going to"})))
+    add(worker, "asr", ScriptedASR(by_length({1.6: "We are going", 2.4: "Where are you", 3.2: "We are going to"})))
     dialogue = Dialogue(WhisperTranslator(worker))
     texts = [(await dialogue.turn(1600 if i == 0 else 800)).text for i in range(3)]
     assert texts == ["", "", "We are going"]  # the third agrees with the first
@@ -117,7 +83,7 @@ async def test_final_flush_emits_everything_and_partial_flush_stops_at_a_finishe
         return Transcript(text="Three four five", segments=[Segment(0.0, r.duration_s, " Three four five")],
                           prefix_applied=True, audio_s=r.duration_s)
 
-    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    whisper = add(worker, "asr", ScriptedASR(answer))
     dialogue = Dialogue(WhisperTranslator(worker))
     assert (await dialogue.turn(1600, flush=True)).text == "One two."  # partial: the unfinished part waits
     assert dialogue.translator.pending and dialogue.translator.target.trim_ms == 1000  # the sentence is done
@@ -127,7 +93,7 @@ async def test_final_flush_emits_everything_and_partial_flush_stops_at_a_finishe
 
 
 async def test_a_rephrased_hypothesis_continues_after_the_emitted_words(worker):
-    add(worker, "asr", ScriptedWhisper(by_length({
+    add(worker, "asr", ScriptedASR(by_length({
         1.6: "We will see the", 2.4: "We will see the old town", 3.2: "We are going to see the old town and the sea",
     })))
     dialogue = Dialogue(WhisperTranslator(worker))
@@ -145,7 +111,7 @@ async def test_buffer_is_trimmed_at_an_emitted_timestamped_sentence_end(worker):
         return Transcript(text="Second", segments=[Segment(0.0, r.duration_s, " Second")], prefix_applied=True,
                           audio_s=r.duration_s)
 
-    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    whisper = add(worker, "asr", ScriptedASR(answer))
     dialogue = Dialogue(WhisperTranslator(worker, trim_after_s=3.0))
     assert (await dialogue.turn(3200)).text == ""
     assert (await dialogue.turn(800)).text == "First sentence. Second"  # agreed with the previous hypothesis
@@ -159,7 +125,7 @@ async def test_silence_like_results_commit_nothing(worker):
         return Transcript(text="Thank you.", no_speech_prob=0.9, avg_logprob=-1.5, prefix_applied=True,
                           audio_s=r.duration_s)
 
-    add(worker, "asr", ScriptedWhisper(answer))
+    add(worker, "asr", ScriptedASR(answer))
     dialogue = Dialogue(WhisperTranslator(worker))
     assert [(await dialogue.turn()).text for _ in range(4)] == ["", "", "", ""]
 
@@ -170,7 +136,7 @@ async def test_forced_prefix_mode_and_source_text(worker):
             return "hola amigos" if not r.prefix else "amigos"
         return "hello friends" if not r.prefix else "friends"
 
-    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    whisper = add(worker, "asr", ScriptedASR(answer))
     dialogue = Dialogue(WhisperTranslator(worker, source_text=True, force_prefix=True))
     first = await dialogue.turn(1600)
     second = await dialogue.turn()
@@ -184,11 +150,11 @@ async def test_forced_prefix_mode_and_source_text(worker):
 
 
 async def test_cascade_translates_recognized_clauses_with_the_llm(worker):
-    add(worker, "asr", ScriptedWhisper(by_length({
+    add(worker, "asr", ScriptedASR(by_length({
         1.6: "El gobierno", 2.4: "El gobierno anunció", 3.2: "El gobierno anunció un plan.",
         4.0: "El gobierno anunció un plan. Mañana",
     })))
-    chat = add(worker, "llm", ScriptedChat(["The government announced a plan."]))
+    chat = add(worker, "llm", ScriptedChat("The government announced a plan.", usage=Usage(120, 6)))
     translator = CascadeTranslator(worker, llm_engine="llm")
     dialogue = Dialogue(translator)
     results = [await dialogue.turn(1600 if i == 0 else 800) for i in range(4)]
@@ -203,7 +169,7 @@ async def test_cascade_translates_recognized_clauses_with_the_llm(worker):
 
 
 def test_quiet_tail_is_measured_in_20ms_frames() -> None:
-    from rtc_agent.engines.st.whisper import quiet_tail_s
+    from rtc_agent.engines.st.whisper_stream import quiet_tail_s
 
     loud = np.full(SR, 0.05, dtype=np.float32)
     assert quiet_tail_s(loud) == 0.0
@@ -221,7 +187,7 @@ async def test_a_finished_sentence_followed_by_a_pause_is_emitted_without_waitin
                                                              Segment(1.8, r.duration_s, " And")],
                           prefix_applied=True, audio_s=r.duration_s)
 
-    add(worker, "asr", ScriptedWhisper(answer))
+    add(worker, "asr", ScriptedASR(answer))
     translator = WhisperTranslator(worker)
     speech = np.full(1600 * SR // 1000, 0.05, dtype=np.float32)
     first = TranslateRequest(history=(), audio=speech, start_ms=0, end_ms=1600, source_language="es")
@@ -233,7 +199,7 @@ async def test_a_finished_sentence_followed_by_a_pause_is_emitted_without_waitin
 
 
 async def test_a_flush_of_the_audio_just_decoded_reuses_that_hypothesis(worker):
-    whisper = add(worker, "asr", ScriptedWhisper(by_length({1.6: "The government", 2.4: "The government said"})))
+    whisper = add(worker, "asr", ScriptedASR(by_length({1.6: "The government", 2.4: "The government said"})))
     dialogue = Dialogue(WhisperTranslator(worker))
     await dialogue.turn(1600)
     await dialogue.turn(800)
@@ -257,7 +223,7 @@ async def test_whisper_translator_reports_rankings_and_keeps_no_sticky_detection
                           language_probs=[("es", 0.97), ("pt", 0.02)] if detected else [],
                           prefix_applied=True, audio_s=r.duration_s)
 
-    whisper = add(worker, "asr", ScriptedWhisper(answer))
+    whisper = add(worker, "asr", ScriptedASR(answer))
     translator = WhisperTranslator(worker)
     history: list[Turn] = []
     results = []

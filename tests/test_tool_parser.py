@@ -9,17 +9,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from rtc_agent.apps.agent.tool_parser import (
-    CLOSE_TAG,
-    OPEN_TAG,
-    ParsedItem,
-    ParsedToolCall,
-    ReplyParser,
-    SpokenText,
-    ToolCallParseError,
-    ToolCallParser,
-    merge_text,
-)
+from rtc_agent.apps.agent.reply_items import ParsedItem, ParsedToolCall, SpokenText, ToolCallParseError, merge_text
+from rtc_agent.apps.agent.reply_parser import ReplyParser
+from rtc_agent.apps.agent.tagged_calls import CLOSE_TAG, OPEN_TAG
+from rtc_agent.apps.agent.tool_parser import ToolCallParser
 from rtc_agent.engines.llm import ChatDelta, ToolCallDelta
 
 

@@ -8,15 +8,11 @@ import itertools
 
 import pytest
 
-from rtc_agent.apps.agent.tool_parser import (
-    ParsedToolCall,
-    ReplyParser,
-    SpokenText,
-    ToolCallParseError,
-    ToolCallParser,
-    untagged_calls,
-)
-from rtc_agent.engines.llm.base import ChatDelta
+from rtc_agent.apps.agent.reply_items import ParsedToolCall, SpokenText, ToolCallParseError
+from rtc_agent.apps.agent.reply_parser import ReplyParser
+from rtc_agent.apps.agent.tool_parser import ToolCallParser
+from rtc_agent.apps.agent.untagged_calls import untagged_calls
+from rtc_agent.engines.llm.messages import ChatDelta
 
 
 def _ids():

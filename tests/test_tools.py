@@ -9,16 +9,10 @@ import threading
 
 import pytest
 
-from rtc_agent.apps.agent.tools import (
-    PendingBrowserCalls,
-    SchemaError,
-    Tool,
-    ToolError,
-    ToolRegistry,
-    ToolResult,
-    check_schema,
-    validate,
-)
+from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
+from rtc_agent.apps.agent.tool import Tool, ToolError, ToolResult
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
+from rtc_agent.apps.agent.tool_schema import SchemaError, check_schema, validate
 from rtc_agent.errors import InvalidRequest
 
 SCHEMA = {

@@ -3,48 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
-from rtc_agent.engines.tts import SpeechSynthesizer, Synthesis, SynthesisRequest, spoken_text
+from rtc_agent.engines.tts import SpeechSynthesizer, Synthesis, spoken_text
 from rtc_agent.errors import EngineError
 from rtc_agent.worker import EngineSpec, Worker
+from tests.fakes import ScriptedTTS
 
 GUARD_S = 10  # only a hang guard, never a latency assertion
-
-
-class ScriptedTTS:
-    """Says each text as ``len(text)`` ms of a tone; ``hold`` texts wait for ``gate``; ``fail`` texts fail."""
-
-    voice = "scripted"
-    sample_rate = 16000
-
-    def __init__(self, hold: tuple[str, ...] = (), fail: tuple[str, ...] = ()) -> None:
-        self.hold = hold
-        self.fail = fail
-        self.gate = threading.Event()
-        self.started = threading.Event()
-        self.ran: list[SynthesisRequest] = []
-
-    def load(self, progress: object) -> None:
-        pass
-
-    def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
-        out: list[Synthesis | Exception] = []
-        for r in requests:
-            self.ran.append(r)
-            self.started.set()
-            if r.text in self.hold:
-                self.gate.wait(GUARD_S)
-            if r.text in self.fail:
-                out.append(EngineError("scripted failure", code="scripted"))
-                continue
-            pcm = np.full(16 * len(r.text), 1000, dtype=np.int16)
-            out.append(Synthesis(pcm=pcm, sample_rate=16000, text=r.text, voice=r.voice or self.voice, speed=r.speed))
-        return out
 
 
 async def make(engine: ScriptedTTS) -> Worker:

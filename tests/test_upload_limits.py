@@ -22,29 +22,21 @@ from aiohttp import web
 
 from rtc_agent.config import Settings
 from rtc_agent.engines.tts.base import encode_wav
-from rtc_agent.engines.vad import VadRequest
 from rtc_agent.errors import PayloadTooLarge
 from rtc_agent.server.audio_upload import SAMPLE_RATE, SPOOL_MEMORY_BYTES, AudioDecoder, UploadLimits, read_upload
 from rtc_agent.server.translate_stream import STREAMS
 from rtc_agent.worker import EngineSpec, Worker
 from tests.conftest import RunningServer, free_port
+from tests.fakes import ScriptedTranslator, ScriptedVAD
 
 URL = "/v1/translate/stream"
 
 
-class SilentVad:
-    """Every window is silence: the pipeline makes SKIP chunks only (no speech-translation call)."""
-
-    def load(self, progress: Any) -> None:
-        pass
-
-    def run_batch(self, requests: list[VadRequest]) -> list[np.ndarray]:
-        return [np.zeros(len(r.windows), dtype=np.float32) for r in requests]
-
-
 def silent_vad_worker(_settings: Settings) -> Worker:
+    """A worker with only a VAD, and every window silence: the pipeline makes SKIP chunks only (no
+    speech-translation call)."""
     worker = Worker()
-    worker.add(EngineSpec(name="vad", factory=SilentVad, max_queue=64))
+    worker.add(EngineSpec(name="vad", factory=ScriptedVAD, max_queue=64))
     return worker
 
 
@@ -318,7 +310,7 @@ def test_decoder_blocks_and_cap_are_exact():
 async def test_block_by_block_translation_equals_the_whole_audio(sizes: list[int]):
     """``translate_blocks`` gives the same events as ``translate_audio`` whatever the block sizes."""
     from rtc_agent.apps.interpret import ChunkCutter, InterpretPipeline, PolicyConfig, SimulPolicy
-    from tests.test_interpret_policy import Scripted, _CountingVad
+    from tests.test_interpret_policy import counting_vad
 
     rng = np.random.default_rng(1)
     audio = np.where(np.sin(np.arange(SAMPLE_RATE * 7) / 4000) > 0, 0.1, 0.0).astype(np.float32)
@@ -328,9 +320,9 @@ async def test_block_by_block_translation_equals_the_whole_audio(sizes: list[int
 
     async def run(whole: bool) -> list[Any]:
         worker = Worker()
-        worker.add(EngineSpec(name="vad", factory=_CountingVad, max_queue=8))
+        worker.add(EngineSpec(name="vad", factory=counting_vad, max_queue=8))
         events: list[Any] = []
-        policy = SimulPolicy(PolicyConfig(), Scripted([f"w{i}" for i in range(40)]), events.append)
+        policy = SimulPolicy(PolicyConfig(), ScriptedTranslator([f"w{i}" for i in range(40)]), events.append)
         pipeline = InterpretPipeline(policy, worker, ChunkCutter())
 
         async def each() -> AsyncIterator[np.ndarray]:

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from rtc_agent.apps.vision_commentary import COMMENTARY_DEFAULTS, VisionCommentary, validate_commentary_config
-from rtc_agent.apps.vision_session import RealtimeVisionSession, SessionOptions
 from rtc_agent.config import Settings
 from rtc_agent.engines.vlm import ENGINE_NAME, VLMEngine, engine_spec
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol.events import (
     Error,
-    ServerEvent,
     VisionFrameDropped,
     VisionRoundEnded,
     VisionRoundStarted,
@@ -25,34 +22,8 @@ from rtc_agent.protocol.events import (
     VisionTextDelta,
 )
 from rtc_agent.worker import EngineSpec, Worker
+from tests.fakes import ScriptedAppContext, ScriptedVLM
 from tests.test_vision_session import SIL, ScriptedSource, ids_of
-
-
-class FakeCtx:
-    """The parts of AppContext that VisionCommentary uses."""
-
-    session_id = "sess_test"
-    speech = None
-    settings = None
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.events: list[ServerEvent] = []
-        self.tasks: set[asyncio.Task[Any]] = set()
-
-    def now_ms(self) -> int:
-        return 0
-
-    def emit(self, event: ServerEvent) -> None:
-        self.events.append(event)
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self.tasks.add(task)
-        return task
-
-    def of(self, kind: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -61,25 +32,8 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-class ScriptedEngine(VLMEngine):
-    """A vision engine whose sessions run a ScriptedSource made by ``make_source``."""
-
-    def __init__(self, make_source: Callable[[], ScriptedSource]) -> None:
-        super().__init__()
-        self.make_source = make_source
-        self.sources: list[ScriptedSource] = []
-
-    def _open(self, options: SessionOptions, release: Callable[[], None]) -> RealtimeVisionSession:
-        source = self.make_source()
-        self.sources.append(source)
-        return RealtimeVisionSession(source, initial_prompt=options.initial_prompt,
-                                     frame_queue_size=options.frame_queue_size,
-                                     max_tokens_per_turn=options.max_tokens_per_turn,
-                                     max_new_tokens=options.max_new_tokens, on_close=release)
-
-
-def scripted_worker(make_source: Callable[[], ScriptedSource]) -> tuple[Worker, ScriptedEngine]:
-    engine = ScriptedEngine(make_source)
+def scripted_worker(make_source: Callable[[], ScriptedSource]) -> tuple[Worker, ScriptedVLM]:
+    engine = ScriptedVLM(make_source)
     worker = Worker()
     worker.add(EngineSpec(name=ENGINE_NAME, factory=lambda: engine, capacity=1))
     return worker, engine
@@ -96,7 +50,7 @@ def frame(tint: tuple[int, int, int]) -> np.ndarray:
 async def test_scene_engine_commentary_becomes_vision_events() -> None:
     worker = Worker()
     worker.add(engine_spec(Settings()))  # the embedded default: the scene describer
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME, {**FAST, "silence_events": "all"})
     try:
         await commentary.start()
@@ -135,7 +89,7 @@ async def test_scene_engine_commentary_becomes_vision_events() -> None:
 async def test_silence_events_change_mode_reports_only_transitions() -> None:
     worker, _ = scripted_worker(lambda: ScriptedSource(
         react=lambda seg: [[i] for i in ids_of("hi")] + [[SIL]] if seg.timestamps[0] == 3.0 else [[SIL]]))
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME, FAST)  # silence_events defaults to "change"
     try:
         await commentary.start()
@@ -152,7 +106,7 @@ async def test_silence_events_change_mode_reports_only_transitions() -> None:
 
 async def test_a_busy_engine_reports_engine_capacity_and_the_session_goes_on() -> None:
     worker, _ = scripted_worker(ScriptedSource)
-    first_ctx, second_ctx = FakeCtx(worker), FakeCtx(worker)
+    first_ctx, second_ctx = ScriptedAppContext(worker), ScriptedAppContext(worker)
     first = VisionCommentary(first_ctx, worker, ENGINE_NAME, FAST)
     second = VisionCommentary(second_ctx, worker, ENGINE_NAME, FAST)
     try:
@@ -171,7 +125,7 @@ async def test_a_busy_engine_reports_engine_capacity_and_the_session_goes_on() -
         assert second.stats()["error"]["code"] == "engine_capacity"
 
         await first.close()
-        third = VisionCommentary(FakeCtx(worker), worker, ENGINE_NAME, FAST)
+        third = VisionCommentary(ScriptedAppContext(worker), worker, ENGINE_NAME, FAST)
         await third.start()
         assert third.state == "running"
         await third.close()
@@ -191,7 +145,7 @@ async def test_a_full_frame_queue_emits_frame_dropped() -> None:
         return source
 
     worker, _ = scripted_worker(gated)
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME, {**FAST, "frame_queue_size": 1})
     try:
         await commentary.start()
@@ -210,7 +164,7 @@ async def test_a_full_frame_queue_emits_frame_dropped() -> None:
 
 async def test_a_model_failure_is_reported_and_the_lease_returned() -> None:
     worker, _ = scripted_worker(lambda: ScriptedSource(answer="abc", fail_after=2))
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME, FAST)
     try:
         await commentary.start()
@@ -231,7 +185,7 @@ async def test_a_model_failure_is_reported_and_the_lease_returned() -> None:
 
 async def test_close_ends_the_open_round_stops_tasks_and_is_idempotent() -> None:
     worker, engine = scripted_worker(lambda: ScriptedSource(answer="x" * 2000))
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME, {"max_tokens_per_turn": 200})
     await commentary.start()
     await commentary.prompt("talk forever")
@@ -254,7 +208,7 @@ async def test_an_engine_that_fails_to_load_makes_commentary_unavailable() -> No
 
     worker = Worker()
     worker.add(EngineSpec(name=ENGINE_NAME, factory=Broken, capacity=1))
-    ctx = FakeCtx(worker)
+    ctx = ScriptedAppContext(worker)
     commentary = VisionCommentary(ctx, worker, ENGINE_NAME)
     await commentary.start()
     assert commentary.state == "unavailable"

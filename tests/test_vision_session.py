@@ -9,21 +9,19 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from rtc_agent.apps.vision_session import (
+from rtc_agent.engines.vlm.base import SessionBusy, SessionSlot
+from rtc_agent.engines.vlm.chat_format import (
     DEFAULT_SYSTEM_PROMPT,
     ELLIPSIS,
     ROUND_END,
     ROUND_START,
     SILENCE,
-    ChunkParser,
     MossChatFormat,
-    RealtimeVisionSession,
     Segment,
-    SessionBusy,
-    SessionSlot,
-    TokenPacer,
     frame_wrapper,
 )
+from rtc_agent.engines.vlm.outputs import ChunkParser
+from rtc_agent.engines.vlm.realtime import RealtimeVisionSession, TokenPacer
 from tests.polling import collect, wait_until
 
 SIL = 256

@@ -21,10 +21,12 @@ import pytest
 from aiohttp import WSMsgType, web
 from PIL import Image
 
-from rtc_agent.apps.vision_session import ROUND_END, ROUND_START, SILENCE, SessionBusy, SessionOptions
 from rtc_agent.config import Settings, SettingsError
-from rtc_agent.engines.vlm import ENGINE_NAME, engine_spec
-from rtc_agent.engines.vlm.remote import RemoteSessionError, RemoteVisionSession, RemoteVLMEngine, realtime_url
+from rtc_agent.engines.vlm import ENGINE_NAME, SessionBusy, SessionOptions, engine_spec
+from rtc_agent.engines.vlm.chat_format import ROUND_END, ROUND_START, SILENCE
+from rtc_agent.engines.vlm.remote import RemoteVLMEngine
+from rtc_agent.engines.vlm.remote_session import RemoteVisionSession
+from rtc_agent.engines.vlm.remote_wire import RemoteSessionError, realtime_url
 from tests.polling import collect, wait_until
 
 

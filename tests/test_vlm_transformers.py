@@ -29,15 +29,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor, PreTrainedTokenizerFast
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from rtc_agent.apps.vision_session import (
-    ROUND_END,
-    ROUND_START,
-    SILENCE,
-    RealtimeVisionSession,
-    SessionBusy,
-    SessionOptions,
-)
-from rtc_agent.engines.vlm.transformers_vlm import MossNativeSession, TransformersTokenSource, TransformersVLMEngine
+from rtc_agent.engines.vlm import SessionBusy, SessionOptions
+from rtc_agent.engines.vlm.chat_format import ROUND_END, ROUND_START, SILENCE
+from rtc_agent.engines.vlm.moss_native import MossNativeSession
+from rtc_agent.engines.vlm.realtime import RealtimeVisionSession
+from rtc_agent.engines.vlm.transformers_source import TransformersTokenSource
+from rtc_agent.engines.vlm.transformers_vlm import TransformersVLMEngine
 from tests.polling import collect, wait_until
 
 CHAT_TEMPLATE = (

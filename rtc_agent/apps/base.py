@@ -58,6 +58,8 @@ class AppContext(Protocol):
     speech: SpeechSink | None  # None when the peer offered no way to receive audio
     worker: Any  # rtc_agent.worker.Worker; typed loosely so apps stay importable without the worker
     settings: Any  # rtc_agent.config.Settings: server-wide defaults (engine choices, VAD parameters)
+    #: the server's shared call rooms (rtc_agent.apps.call.RoomRegistry); None where the session has none
+    rooms: Any
 
     def now_ms(self) -> int:
         """The session clock: ms of audio received so far."""
@@ -105,6 +107,12 @@ class App:
             raise InvalidRequest(f"app {cls.name!r} takes no configuration keys, got {sorted(config)}",
                                  code="invalid_config")
         return {}
+
+    @classmethod
+    def admit(cls, config: dict[str, Any], rooms: Any) -> None:
+        """Refuse (raise :class:`~rtc_agent.errors.AgentError`), before any media work, a session of the validated
+        ``config`` that the server's shared state cannot take now; ``rooms`` is what
+        :attr:`AppContext.rooms` will be. Called at session creation and token minting; admits by default."""
 
     def engines(self) -> dict[str, str]:
         """Engine kind -> engine name this app uses (reported in ``session.created``)."""

@@ -25,15 +25,9 @@ class EchoApp(App):
     title = "Echo (diagnostic)"
     description = "Plays your microphone back after a delay: checks the audio path both ways."
 
-    def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
-        super().__init__(ctx, config)
-        self.delay_s: float = config["delay_s"]
-        self.utterance: UtteranceHandle | None = None
-        self.echoed_ms = 0
-        self.dropped_ms = 0
-
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
+        """``{"delay_s": seconds}``, 0 to ``MAX_DELAY_S`` (default: the ``echo_delay_s`` setting)."""
         unknown = set(config) - {"delay_s"}
         if unknown:
             raise InvalidRequest(f"unknown echo config keys: {show_keys(unknown)}", code="invalid_config")
@@ -41,6 +35,13 @@ class EchoApp(App):
         if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= MAX_DELAY_S:
             raise InvalidRequest(f"delay_s must be a number from 0 to {MAX_DELAY_S}", code="invalid_config")
         return {"delay_s": float(delay)}
+
+    def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
+        super().__init__(ctx, config)
+        self.delay_s: float = config["delay_s"]
+        self.utterance: UtteranceHandle | None = None
+        self.echoed_ms = 0
+        self.dropped_ms = 0
 
     async def start(self) -> None:
         self._open_utterance()

@@ -3,7 +3,7 @@
 :class:`VisionCommentary` is the piece an app (``captions``, optionally ``agent``) owns per session:
 
 - ``start()`` takes a lease on the vision engine (one realtime session per model instance), loads it through the
-  worker and opens a session (:mod:`rtc_agent.apps.vision_session` protocol). When the engine is at capacity the
+  worker and opens a session (:mod:`rtc_agent.engines.vlm.realtime` protocol). When the engine is at capacity the
   client gets an ``error`` event (``code="engine_capacity"``) and the app session goes on without commentary; any
   other start failure is reported the same way with its own code.
 - ``on_frame(image, ts_ms)`` (non-blocking) pushes a frame stamped ``ts_ms / 1000`` seconds on the session
@@ -35,7 +35,7 @@ import numpy as np
 
 from rtc_agent.apps.base import AppContext
 from rtc_agent.apps.limits import TextLimits, show, show_keys
-from rtc_agent.apps.vision_session import SessionBusy, SessionOptions, VisionOutput, VisionSession
+from rtc_agent.engines.vlm import SessionBusy, SessionOptions, VisionOutput, VisionSession
 from rtc_agent.errors import AgentError, AtCapacity, EngineError, InvalidRequest
 from rtc_agent.protocol.events import (
     Error,

@@ -41,7 +41,7 @@ PAGE_COOKIE = "rtc_agent_page"
 
 API_KEY, CLIENT_TOKEN, PAGE, OPEN = "api_key", "client_token", "page", "open"
 REALTIME_TOKEN_APP = "realtime"  # the ``app`` of OpenAI Realtime client secrets in the token store
-ROOM_JOIN_APP = "room_join"  # the ``app`` of call-room join tokens (rtc_agent.rooms.routes), never a session
+ROOM_JOIN_APP = "room_join"  # the ``app`` of call-room join tokens (rtc_agent.server.room_links), never a session
 CLIENT_SECRET_PREFIX = "ek_"  # OpenAI Realtime client secrets (ephemeral keys)
 WS_KEY_PROTOCOL = "openai-insecure-api-key."  # a key offered as a WebSocket subprotocol (browsers)
 COOKIE_PATHS = frozenset({"/login", "/logout"})  # routes that set or clear the page cookie
@@ -76,7 +76,7 @@ def _rule(*allow: str, **kw: Any) -> Rule:
 
 # (method, route pattern) -> rule. Pages, static files and /health are public; /v1 routes are listed here.
 RULES: dict[tuple[str, str], Rule] = {
-    # A room join token (``rj_``) mints client tokens for its own room's call only (rtc_agent.rooms.routes).
+    # A room join token (``rj_``) mints client tokens for its own room's call only (rtc_agent.server.room_links).
     ("POST", "/v1/tokens"): _rule(API_KEY, PAGE, OPEN, CLIENT_TOKEN, rate="tokens", apps=frozenset({ROOM_JOIN_APP})),
     ("GET", "/v1/ice-servers"): _rule(API_KEY, CLIENT_TOKEN, PAGE, OPEN),
     # The session route uses its client token up itself, once the offer and config are valid.

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.bench.audio import load_audio_48k
 from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
-from rtc_agent.bench.interpret import espeak_clip, load_audio_48k
+from rtc_agent.bench.interpret import espeak_clip
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
 

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.bench.captions import load_audio_array, score_session, speech_ends, synthesize_script
+from rtc_agent.bench.audio import load_audio_array
+from rtc_agent.bench.captions_sessions import score_session, speech_ends, synthesize_script
 from rtc_agent.bench.common import local_server, machine, write_json
 from rtc_agent.config import Settings
 from rtc_agent.rtc.client import ClientPeer

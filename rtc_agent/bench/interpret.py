@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.bench.audio import load_audio_48k, offline_whisper, speech_segments_ms
 from rtc_agent.bench.common import local_server, machine, normalize_text, percentile_ms, write_json
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack, load_audio
@@ -62,39 +63,12 @@ def espeak_clip(sentences: list[str], voice: str, *, gap_s: float = 0.8, lead_s:
 
 def speech_spans(audio16: np.ndarray, min_silence_ms: int = 500) -> list[tuple[float, float]]:
     """(start_s, end_s) of each Silero VAD speech segment."""
-    from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-    from rtc_agent.engines.vad.silero import SileroVad, speech_probabilities
-
-    vad = SileroVad()
-    vad.load(lambda msg: None)
-    probs = speech_probabilities(vad, audio16.astype(np.float32))
-    segmenter = SpeechSegmenter(min_silence_ms=min_silence_ms)
-    spans: list[tuple[float, float]] = []
-    start = 0
-    events = [e for i, p in enumerate(probs) for e in segmenter.feed(float(p), i * 32, (i + 1) * 32)]
-    events += segmenter.flush(len(probs) * 32)
-    for event in events:
-        if event.kind == "start":
-            start = event.ms
-        elif event.kind == "end":
-            spans.append((start / 1000, event.ms / 1000))
-    return spans
+    return [(a / 1000, b / 1000) for a, b in speech_segments_ms(audio16.astype(np.float32), min_silence_ms)]
 
 
 def offline_translation(audio16: np.ndarray, language: str | None) -> tuple[str, float]:
     """faster-whisper's offline translation of the whole file with the packaged model (and its run time)."""
-    from faster_whisper import WhisperModel
-
-    from rtc_agent.config import Settings
-    from rtc_agent.engines.asr.whisper import resolve_model
-
-    path = resolve_model("", Path(Settings().cache_dir), lambda msg: None)
-    model = WhisperModel(path, device="cpu", compute_type="int8")
-    start = time.monotonic()
-    segments, _ = model.transcribe(audio16.astype(np.float32) / 32768.0, language=language, task="translate",
-                                   vad_filter=False)
-    text = " ".join(s.text.strip() for s in segments)
-    return text, time.monotonic() - start
+    return offline_whisper(audio16.astype(np.float32) / 32768.0, language, task="translate")
 
 
 # --- scoring ----------------------------------------------------------------------------------------------------
@@ -306,17 +280,6 @@ async def run(args: argparse.Namespace, reference: str | None) -> dict[str, Any]
         "app_stats": result["info"],
         "machine": machine(),
     }
-
-
-def load_audio_48k(pcm16: np.ndarray) -> np.ndarray:
-    import av
-
-    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm16, dtype=np.int16).reshape(1, -1), format="s16",
-                                       layout="mono")
-    frame.sample_rate = 16000
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
-    parts = [f.to_ndarray().reshape(-1) for f in [*resampler.resample(frame), *resampler.resample(None)]]
-    return np.concatenate(parts).astype(np.int16)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

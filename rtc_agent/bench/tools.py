@@ -2,7 +2,7 @@
 
 Each request is what Whisper writes for a spoken question (numbers often in words): the time in a city, arithmetic,
 a unit conversion, or chit-chat that needs no tool. A request passes when the model's first reply, read with
-:class:`~rtc_agent.apps.agent.tool_parser.ReplyParser` (``<tool_call>`` tags, bare JSON and ```json fences), makes
+:class:`~rtc_agent.apps.agent.reply_parser.ReplyParser` (``<tool_call>`` tags, bare JSON and ```json fences), makes
 exactly the expected call whose arguments pass the tool's schema and whose result is right (the calculator gives
 the expected number, the time zone resolves to the city's zone, the conversion gives the expected value within
 1 %), or, for chit-chat, makes no call and says something.
@@ -71,7 +71,7 @@ def _number(value: Any) -> float | None:
 
 def judge(case: Case, calls: list[Any], spoken: str, registry: Any) -> tuple[bool, str]:
     """Whether the reply passes ``case`` and a short reason. ``calls``: the parser's calls and errors."""
-    from rtc_agent.apps.agent.tool_parser import ParsedToolCall
+    from rtc_agent.apps.agent import ParsedToolCall
 
     if case.tool is None:
         if calls:
@@ -101,11 +101,10 @@ def judge(case: Case, calls: list[Any], spoken: str, registry: Any) -> tuple[boo
 def run_suite(engine: Any, *, instructions: str | None = None, max_tokens: int = 60,
               echo: bool = True) -> dict[str, Any]:
     """Run :data:`SUITE` through a loaded chat engine; the score, per-case results and decode figures."""
-    from rtc_agent.apps.agent.builtin_tools import register_builtins
+    from rtc_agent.apps.agent import ReplyParser, ToolRegistry, register_builtins
     from rtc_agent.apps.agent.config import DEFAULT_INSTRUCTIONS
-    from rtc_agent.apps.agent.tool_parser import ReplyParser
-    from rtc_agent.apps.agent.tools import ToolRegistry
-    from rtc_agent.engines.llm.base import CancelToken, ChatRequest
+    from rtc_agent.engines.llm.job import CancelToken
+    from rtc_agent.engines.llm.messages import ChatRequest
 
     registry = register_builtins(ToolRegistry())
     system = instructions if instructions is not None else DEFAULT_INSTRUCTIONS
@@ -148,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rtc_agent.bench.common import machine
     from rtc_agent.config import Settings
-    from rtc_agent.engines.llm.smollm import DEFAULT_MODEL, SmolLMEngine
+    from rtc_agent.engines.llm.packaged import DEFAULT_MODEL
+    from rtc_agent.engines.llm.smollm import SmolLMEngine
 
     engine = SmolLMEngine(args.model or DEFAULT_MODEL, cache_dir=Settings().cache_dir, precision=args.precision,
                           threads=args.threads)

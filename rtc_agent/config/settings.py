@@ -149,6 +149,14 @@ class Settings:
                                        "one session takes); 1-10.", "security")
     capacity_sessions: list[str] = _opt([], "Sessions per app instead of the measured capacity, e.g. "
                                             "captions=4,agent=2.", "security")
+    capacity_running: bool = _opt(True, "Let capacity follow the engines' measured speed under load (each batch's "
+                                        "time against the probe's prediction), not the start-up probe alone.",
+                                  "security")
+    capacity_running_window: int = _opt(20, "Running batches whose median slowdown counts for capacity; 3-1000.",
+                                        "security")
+    capacity_running_recovery: float = _opt(0.05, "How fast capacity comes back once batches run faster again: "
+                                                  "the share of the gap closed per batch, 0.001-1 (it drops at "
+                                                  "once).", "security")
     stun_urls: list[str] = _opt([], "STUN server URLs for both peers (comma-separated), e.g. "
                                     "stun:stun.example.org:3478.", "ice")
     turn_urls: list[str] = _opt([], "TURN server URLs (comma-separated), e.g. turn:turn.example.org:3478?"

@@ -13,6 +13,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("max_sessions must be at least 1")
     if not 1.0 <= settings.capacity_safety <= 10.0:
         raise SettingsError("capacity_safety must be 1-10")
+    if not 3 <= settings.capacity_running_window <= 1000:
+        raise SettingsError("capacity_running_window must be 3-1000")
+    if not 0.001 <= settings.capacity_running_recovery <= 1.0:
+        raise SettingsError("capacity_running_recovery must be 0.001-1")
     for entry in (p.strip() for e in settings.capacity_sessions for p in str(e).split(",")):
         name, sep, count = entry.partition("=")
         if entry and (not sep or name.strip() not in ("captions", "interpret", "agent", "call")

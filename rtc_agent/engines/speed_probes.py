@@ -18,21 +18,25 @@ engines finished loading and before sessions arrive; see :class:`rtc_agent.worke
 
 The probes cost about 2-4 s of CPU once. :func:`embedded_probes` picks the probes for the engines the settings
 run on this machine (a remote engine's speed is not this machine's).
+
+Under load the same figures predict each batch the engine runs (:func:`asr_expected_s`, picked by
+:func:`embedded_expectations`): the batch's seconds over that prediction is the running slowdown that
+:class:`~rtc_agent.worker.speed.RunningSpeed` feeds the speed book.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest
-from rtc_agent.engines.llm.base import ChatRequest
+from rtc_agent.engines.llm.messages import ChatRequest
 from rtc_agent.engines.tts.base import SynthesisRequest
-from rtc_agent.worker.speed import ProbeResult
+from rtc_agent.worker.speed import Expectation, ProbeResult, ServiceSample
 
 Call = Callable[[Any], Awaitable[Any]]
 
@@ -49,8 +53,12 @@ LLM_PROMPT = ("You are a helpful voice assistant. Answer in one short sentence. 
               "asks about trains, hotels and the weather; keep answers brief and friendly. " * 3)
 LLM_MAX_TOKENS = 8  # a token can take 0.1-1 s on a small CPU: keep the probe short
 NOISE_RMS = 0.05  # about -26 dBFS, a talker's level at the microphone
+#: A running request is compared with the probe's shape only when its audio is within this factor of the shape's
+#: (decode time is about linear in the audio there; a 0.4 s partial still encodes a 3 s window).
+SIZE_BAND = 2.0
 
-__all__ = ["asr_probe", "embedded_probes", "llm_probe", "probe_speech", "tts_probe"]
+__all__ = ["SIZE_BAND", "asr_expected_s", "asr_probe", "embedded_expectations", "embedded_probes", "llm_probe",
+           "probe_speech", "tts_probe"]
 
 
 async def _timed(call: Call, requests: list[Any]) -> tuple[float, list[Any]]:
@@ -168,3 +176,34 @@ def embedded_probes(settings: Any, loaded_call: Callable[[str], Call | None]
     if (settings.llm_engine or "embedded").strip().lower() in EMBEDDED_NAMES:
         probes["llm"] = llm_probe
     return probes
+
+
+def asr_expected_s(figures: Mapping[str, float], sample: ServiceSample) -> float | None:
+    """The seconds ``figures`` (the ASR probe's) predict for the batch of ``sample``: each ``partial`` (greedy)
+    request at the per-request cost of a batch of that many partials (``partial_s`` alone, ``partial_batch_s``
+    from ``PARTIAL_BATCH`` on, linear between), each ``final`` (beam) request at ``final_s``, both scaled by the
+    request's audio over the probe's. None when a request's audio is outside ``SIZE_BAND`` of its shape's, a shape
+    is unknown or the figures lack it: the batch says nothing reliable then."""
+    partials = sum(1 for shape, _ in sample.items if shape == "partial")
+    alone, batched = figures.get("partial_s"), figures.get("partial_batch_s", figures.get("partial_s"))
+    total = 0.0
+    for shape, seconds in sample.items:
+        if shape == "partial" and alone is not None and batched is not None:
+            reference = PARTIAL_AUDIO_S
+            share = min(1.0, (partials - 1) / (PARTIAL_BATCH - 1))
+            cost = alone + share * (batched - alone)
+        elif shape == "final" and figures.get("final_s") is not None:
+            reference, cost = FINAL_AUDIO_S, figures["final_s"]
+        else:
+            return None
+        if not reference / SIZE_BAND <= seconds <= reference * SIZE_BAND:
+            return None
+        total += cost * seconds / reference
+    return total if sample.items else None
+
+
+def embedded_expectations(settings: Any) -> dict[str, Expectation]:
+    """Expectations, by engine name, for the probed engines that write service samples (the embedded ASR)."""
+    if (settings.asr_engine or "embedded").strip().lower() == "embedded":
+        return {"asr": asr_expected_s}
+    return {}

@@ -2,7 +2,8 @@
 
 from rtc_agent.protocol import events
 from rtc_agent.protocol.codec import EventIds, ProtocolError, decode, encode, error_event
-from rtc_agent.protocol.events import CLIENT_EVENTS, SERVER_EVENTS, ClientEvent, ServerEvent
+from rtc_agent.protocol.events.base import ClientEvent, ServerEvent
+from rtc_agent.protocol.events.catalogue import CLIENT_EVENTS, SERVER_EVENTS
 
 __all__ = [
     "CLIENT_EVENTS", "SERVER_EVENTS", "ClientEvent", "EventIds", "ProtocolError", "ServerEvent", "decode",

@@ -9,8 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from rtc_agent.errors import AgentError
-from rtc_agent.protocol import json_limits
-from rtc_agent.protocol.events import CLIENT_EVENTS, ClientEvent, Error, ErrorBody, ServerEvent
+from rtc_agent.protocol.events.base import ClientEvent, ServerEvent
+from rtc_agent.protocol.events.catalogue import CLIENT_EVENTS
+from rtc_agent.protocol.events.session import Error, ErrorBody
+from rtc_agent.protocol.json_limits import DEFAULT_MAX_DEPTH, DEFAULT_MAX_NUMBER_CHARS, JSONLimitError, loads
 
 
 class ProtocolError(AgentError):
@@ -29,8 +31,8 @@ class ProtocolError(AgentError):
         self.event_id = event_id
 
 
-def decode(raw: str | bytes, *, max_bytes: int, max_depth: int = json_limits.DEFAULT_MAX_DEPTH,
-           max_number_chars: int = json_limits.DEFAULT_MAX_NUMBER_CHARS) -> ClientEvent:
+def decode(raw: str | bytes, *, max_bytes: int, max_depth: int = DEFAULT_MAX_DEPTH,
+           max_number_chars: int = DEFAULT_MAX_NUMBER_CHARS) -> ClientEvent:
     """Parse and validate one client message. Raises :class:`ProtocolError` and nothing else.
 
     JSON nested deeper than ``max_depth`` or with a number literal longer than ``max_number_chars`` is refused
@@ -40,8 +42,8 @@ def decode(raw: str | bytes, *, max_bytes: int, max_depth: int = json_limits.DEF
     if size > max_bytes:
         raise ProtocolError(f"message of {size} bytes exceeds the limit of {max_bytes}", code="message_too_large")
     try:
-        data = json_limits.loads(raw, max_depth=max_depth, max_number_chars=max_number_chars)
-    except json_limits.JSONLimitError as exc:
+        data = loads(raw, max_depth=max_depth, max_number_chars=max_number_chars)
+    except JSONLimitError as exc:
         raise ProtocolError(f"message refused: {exc}", code="invalid_json") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ProtocolError(f"message is not valid JSON: {exc}", code="invalid_json") from None

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 async def demo_page(request: web.Request) -> web.Response:
     """``GET /realtime-demo``: OpenAI's browser flow (ephemeral key, ``/v1/realtime/calls``, ``oai-events``)."""
-    from rtc_agent.auth.routes import page_auth
+    from rtc_agent.server.credentials import page_auth
     from rtc_agent.server.pages import PAGES_KEY
 
     html = request.app[PAGES_KEY].get_template("realtime.html").render(auth=page_auth(request))

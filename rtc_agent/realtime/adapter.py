@@ -38,8 +38,9 @@ from rtc_agent.protocol.events import (
 )
 from rtc_agent.realtime.audio import decode_base64
 from rtc_agent.realtime.events import RealtimeError, error_body, new_id, parse_client_event
-from rtc_agent.realtime.mapping import TranscriptionTranslator, Translator
+from rtc_agent.realtime.mapping import Translator
 from rtc_agent.realtime.session_config import SessionConfig
+from rtc_agent.realtime.transcription_mapping import TranscriptionTranslator
 
 __all__ = ["MAX_EVENT_BYTES", "ClientAction", "RealtimeAdapter", "serving_app"]
 

@@ -44,6 +44,8 @@ SDP_TYPE = "application/sdp"
 class RealtimeCall(Session):
     """A WebRTC session whose events are OpenAI's, on the ``oai-events`` channel (see the module docstring)."""
 
+    channel_label = LABEL
+
     def __init__(self, app_cls: type, config: dict[str, Any], realtime: SessionConfig, **kwargs: Any) -> None:
         super().__init__(app_cls, config, **kwargs)
         settings = self.settings
@@ -53,12 +55,6 @@ class RealtimeCall(Session):
             on_event=self._queue_event, on_error=lambda code: self.metrics.errors.labels(code=code).inc(),
             on_close=lambda: self.close_soon("peer_closed"), on_clear_output=self._clear_output,
             on_overload=self.close_soon)
-
-    def _on_datachannel(self, channel: Any) -> None:
-        if channel.label == LABEL and self.channel.channel is None:
-            self.channel.attach(channel)
-        else:
-            channel.close()
 
     def _clear_output(self) -> None:
         if self.speech is not None:

@@ -1,8 +1,8 @@
 """Native server events -> OpenAI Realtime (GA) server events: the one place the two vocabularies meet.
 
-:class:`Translator` serves ``type: realtime`` sessions (the agent app), :class:`TranscriptionTranslator`
-``type: transcription`` (captions). Each turns one native event into the GA events it means (dicts without
-``event_id``), keeping the state GA needs and the native stream does not carry:
+:class:`Translator` serves ``type: realtime`` sessions (the agent app; ``type: transcription`` sessions are
+:mod:`rtc_agent.realtime.transcription_mapping`'s). It turns one native event into the GA events it means (dicts
+without ``event_id``), keeping the state GA needs and the native stream does not carry:
 
 - a response's items: the agent speaks clause by clause (``response.output_audio_transcript.delta`` per clause);
   the first delta of an item opens it (``response.output_item.added``, ``conversation.item.added``,
@@ -27,11 +27,11 @@ from typing import Any
 
 from rtc_agent.protocol import ServerEvent
 from rtc_agent.realtime.events import new_id
+from rtc_agent.realtime.items import ConversationMirror, Events, error_events, ga_item, user_item
 from rtc_agent.realtime.session_config import SessionConfig
 
-__all__ = ["TranscriptionTranslator", "Translator"]
+__all__ = ["Translator"]
 
-Events = list[dict[str, Any]]
 NOMINAL_LIMITS = [{"name": "requests", "limit": 1000, "remaining": 999, "reset_seconds": 60.0},
                   {"name": "tokens", "limit": 100000, "remaining": 100000, "reset_seconds": 60.0}]
 
@@ -55,49 +55,6 @@ class _Response:
     open: _Open | None = None
 
 
-def _user_item(item_id: str, transcript: str | None, *, status: str = "completed") -> dict[str, Any]:
-    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "user", "status": status,
-            "content": [{"type": "input_audio", "transcript": transcript}]}
-
-
-def _error(e: dict[str, Any]) -> Events:
-    err = e["error"]
-    return [{"type": "error", "error": {"type": err["type"], "code": err["code"], "message": err["message"],
-                                        "param": None, "event_id": err.get("event_id")}}]
-
-
-def _ga_item(native: dict[str, Any]) -> dict[str, Any]:
-    """A native ``conversation.item.created`` item (agent ``Item.realtime()``) in GA form."""
-    if native.get("type") == "function_call_output":
-        return {"id": native["id"], "object": "realtime.item", "type": "function_call_output", "status": "completed",
-                "call_id": native.get("call_id"), "output": native.get("output", "")}
-    role = native.get("role", "user")
-    text = " ".join(p.get("transcript") or p.get("text") or "" for p in native.get("content", []))
-    kind = "output_text" if role == "assistant" else "input_text"
-    return {"id": native["id"], "object": "realtime.item", "type": "message", "role": role, "status": "completed",
-            "content": [{"type": kind, "text": text}]}
-
-
-class _Mirror:
-    """GA items of the conversation, in order (for ``previous_item_id`` and ``conversation.item.retrieve``)."""
-
-    def __init__(self, limit: int = 256) -> None:
-        self.items: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.limit = limit
-
-    @property
-    def last(self) -> str | None:
-        return next(reversed(self.items)) if self.items else None
-
-    def added(self, item: dict[str, Any]) -> Events:
-        """Add ``item``; the ``conversation.item.added`` event that says so."""
-        previous = self.last
-        self.items[item["id"]] = item
-        while len(self.items) > self.limit:
-            self.items.popitem(last=False)
-        return [{"type": "conversation.item.added", "previous_item_id": previous, "item": item}]
-
-
 class Translator:
     """Native agent events -> GA events for one ``type: realtime`` session (see the module docstring).
 
@@ -111,7 +68,7 @@ class Translator:
         self.session_id = session_id
         self.expires_at = expires_at
         self.take_audio = take_audio
-        self.mirror = _Mirror()
+        self.mirror = ConversationMirror()
         self.responses: dict[str, _Response] = {}
         self.hidden_calls: set[str] = set()  # server tool calls: their outputs are not shown either
         self.committed: set[str] = set()  # user items already announced (manual commits)
@@ -136,7 +93,7 @@ class Translator:
         return [{"type": "session.updated", "session": self.config().render(self.session_id, self.expires_at)}]
 
     def _error(self, e: dict[str, Any]) -> Events:
-        return _error(e)
+        return error_events(e)
 
     # --- input audio and user items ---
 
@@ -156,18 +113,14 @@ class Translator:
     def _input_audio_buffer_committed(self, e: dict[str, Any]) -> Events:
         self.committed.add(e["item_id"])
         self.turns[e["item_id"]] = [e.get("audio_start_ms"), e.get("audio_end_ms")]
-        return self._commit(e["item_id"], "in_progress")
-
-    def _commit(self, item_id: str, status: str) -> Events:
-        return [{"type": "input_audio_buffer.committed", "item_id": item_id, "previous_item_id": self.mirror.last},
-                *self.mirror.added(_user_item(item_id, None, status=status))]
+        return self.mirror.committed(e["item_id"])
 
     def _input_audio_buffer_cleared(self, e: dict[str, Any]) -> Events:
         return [{"type": "input_audio_buffer.cleared"}]
 
     def _conversation_item_input_audio_transcription_completed(self, e: dict[str, Any]) -> Events:
         item_id, transcript = e["item_id"], e["transcript"]
-        out = [] if item_id in self.committed else self._commit(item_id, "in_progress")
+        out = [] if item_id in self.committed else self.mirror.committed(item_id)
         self.committed.discard(item_id)
         if self.config().transcribe:
             start, end = self.turns.pop(item_id, [None, None])
@@ -178,7 +131,7 @@ class Translator:
             out.append({"type": "conversation.item.input_audio_transcription.completed", "item_id": item_id,
                         "content_index": 0, "transcript": transcript,
                         "usage": {"type": "duration", "seconds": seconds}})
-        item = _user_item(item_id, transcript if self.config().transcribe else None)
+        item = user_item(item_id, transcript if self.config().transcribe else None)
         self.mirror.items[item_id] = item
         return [*out, {"type": "conversation.item.done", "item": item}]
 
@@ -190,7 +143,7 @@ class Translator:
             return []
         if "ok" in native:  # a tool result the responder made (browser_tool_calls "wait"): not a GA event
             return []
-        item = _ga_item(native)
+        item = ga_item(native)
         return [*self.mirror.added(item), {"type": "conversation.item.done", "item": item}]
 
     def _conversation_item_deleted(self, e: dict[str, Any]) -> Events:
@@ -340,79 +293,3 @@ class Translator:
         kind = "output_audio_buffer.cleared" if e.get("cleared") else "output_audio_buffer.stopped"
         return [{"type": kind, "response_id": e.get("response_id")}]
 
-
-class TranscriptionTranslator:
-    """Native captions events -> GA events for one ``type: transcription`` session.
-
-    Each caption segment is one user item: its first words commit it (``input_audio_buffer.committed`` and
-    ``conversation.item.added``, so while the user still speaks), newly committed words of
-    ``caption.partial`` are ``...transcription.delta`` events (committed caption text never changes, so deltas
-    only append), ``caption.final`` ends it (``...transcription.completed``, ``conversation.item.done``). The final
-    caption is a fresh decode of the whole utterance: when it extends the words sent, the rest is one more delta;
-    when it revises them, ``completed`` alone carries the revision (a delta cannot be taken back).
-    """
-
-    def __init__(self, config: Callable[[], SessionConfig], session_id: str, *, expires_at: int | None = None) -> None:
-        self.config = config
-        self.session_id = session_id
-        self.expires_at = expires_at
-        self.mirror = _Mirror()
-        self.segments: dict[str, str] = {}  # caption segment -> item id
-        self.sent: dict[str, str] = {}  # item id -> transcript sent as deltas
-        self.current: str | None = None  # the item of the utterance in progress, until a segment takes it
-
-    @property
-    def items(self) -> OrderedDict[str, dict[str, Any]]:
-        return self.mirror.items
-
-    def translate(self, event: ServerEvent) -> Events:
-        e = event.model_dump()
-        kind = event.type
-        if kind in ("session.created", "session.updated"):
-            return [{"type": kind, "session": self.config().render(self.session_id, self.expires_at)}]
-        if kind == "error":
-            return _error(e)
-        if kind == "input_audio_buffer.speech_started":
-            self.current = new_id("item")
-            return [{"type": kind, "audio_start_ms": e["audio_start_ms"], "item_id": self.current}]
-        if kind == "input_audio_buffer.speech_stopped":
-            item_id = self.current or next(reversed(self.segments.values()), None) or new_id("item")
-            return [{"type": kind, "audio_end_ms": e["audio_end_ms"], "item_id": item_id}]
-        if kind == "input_audio_buffer.cleared":
-            return [{"type": kind}]
-        if kind == "caption.partial":
-            item_id, out = self._item(e["segment_id"])
-            return out + self._delta(item_id, e["committed"])
-        if kind == "caption.final":
-            item_id, out = self._item(e["segment_id"])
-            out += self._delta(item_id, e["text"])
-            self.sent.pop(item_id, None)
-            self.segments.pop(e["segment_id"], None)
-            seconds = round(max(0, e["audio_end_ms"] - e["audio_start_ms"]) / 1000, 3)
-            item = _user_item(item_id, e["text"])
-            self.mirror.items[item_id] = item
-            return [*out, {"type": "conversation.item.input_audio_transcription.completed", "item_id": item_id,
-                           "content_index": 0, "transcript": e["text"],
-                           "usage": {"type": "duration", "seconds": seconds}},
-                    {"type": "conversation.item.done", "item": item}]
-        return []
-
-    def _item(self, segment_id: str) -> tuple[str, Events]:
-        item_id = self.segments.get(segment_id)
-        if item_id is not None:
-            return item_id, []
-        item_id = self.current or new_id("item")
-        self.current = None
-        self.segments[segment_id] = item_id
-        self.sent[item_id] = ""
-        return item_id, [{"type": "input_audio_buffer.committed", "item_id": item_id,
-                          "previous_item_id": self.mirror.last},
-                         *self.mirror.added(_user_item(item_id, None, status="in_progress"))]
-
-    def _delta(self, item_id: str, text: str) -> Events:
-        sent = self.sent.get(item_id, "")
-        if not text.startswith(sent) or len(text) <= len(sent):
-            return []
-        self.sent[item_id] = text
-        return [{"type": "conversation.item.input_audio_transcription.delta", "item_id": item_id,
-                 "content_index": 0, "delta": text[len(sent):]}]

@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ from rtc_agent.realtime.audio import MODEL_RATE, InputDecoder
 from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from rtc_agent.realtime.speech import SocketSpeech
+from rtc_agent.server.session_context import SessionContext
 from rtc_agent.server.session_end import ClosingSession, ended_message, wait_tasks
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,10 @@ FLOOD_CLOSE_WAIT_S = 0.25  # for the close frame to reach a flooder; waiting lon
 YIELD_EVERY = 32  # messages handled back to back (aiohttp hands over queued ones without yielding) before a yield
 
 
-class RealtimeSocketSession(ClosingSession):
+class RealtimeSocketSession(SessionContext, ClosingSession):
     """See the module docstring. Create, register, then ``await run()`` from the WebSocket handler."""
+
+    critical_tasks = CRITICAL_TASKS
 
     close_wait_s = 10.0
     transport_name = " over WebSocket"
@@ -78,6 +81,7 @@ class RealtimeSocketSession(ClosingSession):
         self.config = app_config
         self.settings = settings
         self.worker = worker
+        self.rooms = None  # AppContext.rooms: a Realtime API session joins no call room
         self.metrics = metrics
         self.client = client
         self.token_hash = ""  # GET/DELETE /v1/sessions/{id} need an API key
@@ -107,11 +111,7 @@ class RealtimeSocketSession(ClosingSession):
     def started_at(self) -> float:
         return self._started
 
-    # --- AppContext ---
-
-    @property
-    def session_id(self) -> str:
-        return self.id
+    # --- AppContext (session_id, observe and spawn: SessionContext) ---
 
     def now_ms(self) -> int:
         return self._samples * 1000 // MODEL_RATE
@@ -120,24 +120,8 @@ class RealtimeSocketSession(ClosingSession):
         for data in self.adapter.server(event):
             self._send(data)
 
-    def observe(self, stage: str, seconds: float) -> None:
-        self.metrics.stage_latency.labels(stage=stage).observe(max(0.0, seconds))
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        log.error("session %s task %s failed", self.id, task.get_name(), exc_info=exc)
-        self._send_error(exc if isinstance(exc, AgentError) else AgentError(f"internal error: {exc}"))
-        if task.get_name().split(":", 1)[-1] in CRITICAL_TASKS:
-            self.close_soon("internal_error")
+    def report_failure(self, exc: AgentError) -> None:
+        self._send_error(exc)
 
     # --- sending ---
 

@@ -1,5 +1,2 @@
-"""The HTTP server: app factory, signaling, pages, health and metrics."""
-
-from rtc_agent.server.app import create_app
-
-__all__ = ["create_app"]
+"""The HTTP server's parts: signaling, sessions, pages, health and metrics. The application that mounts them
+(:func:`rtc_agent.app.create_app`) sits above every layer."""

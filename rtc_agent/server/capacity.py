@@ -4,8 +4,11 @@
 :class:`~rtc_agent.worker.speed.SpeedProbe` over the engines this machine runs (probes from
 :mod:`rtc_agent.engines.speed_probes`; targets: the ``preload`` engines, when ``speed_probe`` is on) and a
 :class:`~rtc_agent.worker.capacity.CapacityPlanner` (``admission_capacity``, ``capacity_safety``,
-``capacity_sessions``, ``max_sessions``); it starts the probe with the application and stops it at shutdown.
-``/health`` and the pages' capabilities publish ``app[CAPACITY].snapshot()``.
+``capacity_sessions``, ``max_sessions``), and (``capacity_running``) a :class:`~rtc_agent.worker.speed.RunningSpeed`
+that moves the figures with the engines' measured speed while sessions run (``capacity_running_window``,
+``capacity_running_recovery``; expectations from :mod:`rtc_agent.engines.speed_probes`). It starts both with the
+application and stops them at shutdown. ``/health`` and the pages' capabilities publish
+``app[CAPACITY].snapshot()``.
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ from typing import Any
 
 from aiohttp import web
 
-from rtc_agent.engines.speed_probes import embedded_probes
+from rtc_agent.engines.speed_probes import embedded_expectations, embedded_probes
 from rtc_agent.worker.capacity import CapacityPlanner, parse_overrides
-from rtc_agent.worker.speed import SpeedBook, SpeedProbe
+from rtc_agent.worker.speed import RUNNING_POLL_S, RunningSpeed, SpeedBook, SpeedProbe
 
 CAPACITY = web.AppKey("capacity", CapacityPlanner)
 SPEED_PROBE = web.AppKey("speed_probe", SpeedProbe)
+RUNNING_SPEED = web.AppKey("running_speed", RunningSpeed)
 
-__all__ = ["CAPACITY", "SPEED_PROBE", "capacity_summary", "machine_capacity", "running_sessions"]
+__all__ = ["CAPACITY", "RUNNING_SPEED", "SPEED_PROBE", "capacity_summary", "machine_capacity", "running_sessions"]
 
 
 def running_sessions(registry: Any, app_name: str | None = None) -> int:
@@ -33,7 +37,8 @@ def running_sessions(registry: Any, app_name: str | None = None) -> int:
 
 def machine_capacity(app: web.Application, settings: Any, worker: Any, registry: Any) -> CapacityPlanner:
     """The planner for ``app`` (also stored as ``app[CAPACITY]``), its probe registered to run with ``app``."""
-    book = SpeedBook()
+    book = SpeedBook(window=int(settings.capacity_running_window),
+                     recovery=float(settings.capacity_running_recovery))
     probe: SpeedProbe | None = None
 
     def loaded_call(name: str) -> Any:
@@ -47,13 +52,18 @@ def machine_capacity(app: web.Application, settings: Any, worker: Any, registry:
                               overrides=parse_overrides(settings.capacity_sessions),
                               enabled=bool(settings.admission_capacity),
                               running=lambda name: running_sessions(registry, name))
+    running = RunningSpeed(worker, book, embedded_expectations(settings) if settings.capacity_running else {},
+                           busy=lambda: bool(registry.active), poll_s=RUNNING_POLL_S)
     app[CAPACITY] = planner
     app[SPEED_PROBE] = probe
+    app[RUNNING_SPEED] = running
 
     async def start(_: web.Application) -> None:
         probe.start()
+        running.start()
 
     async def stop(_: web.Application) -> None:
+        await running.stop()
         await probe.stop()
 
     app.on_startup.append(start)

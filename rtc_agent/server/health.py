@@ -11,8 +11,10 @@ needs it), ``progress`` (the engine's last load message) and ``percent`` (0-100 
 same object before Connect and poll ``/health`` until their app is ready.
 
 ``capacity`` is this machine's measured speed and what it holds (:mod:`rtc_agent.server.capacity`): per engine
-the probe's figures (seconds per unit; ``note`` says what the probe ran, e.g. speech or noise as the ASR input),
-``pending`` and ``failed`` engines, and per app ``sessions`` (the limit; null while unmeasured), ``running``,
+the probe's ``figures`` (seconds per unit; ``note`` says what the probe ran, e.g. speech or noise as the ASR
+input), the ``slowdown`` measured under load and the ``running_figures`` the rule uses (``source`` ``running``
+once enough batches were measured, else ``probe``), ``pending`` and ``failed`` engines, and per app ``sessions``
+(the limit; null while unmeasured), ``probe_sessions`` (what the start-up probe alone gives), ``running``,
 ``source`` (``measured``, ``override`` or ``unmeasured``), ``enforced``, ``share`` and ``demand``.
 """
 

@@ -9,8 +9,8 @@ import jinja2
 from aiohttp import web
 
 from rtc_agent import __version__
-from rtc_agent.auth.routes import page_auth
 from rtc_agent.server.capacity import capacity_summary
+from rtc_agent.server.credentials import page_auth
 from rtc_agent.server.health import readiness
 from rtc_agent.server.keys import SETTINGS
 
@@ -68,7 +68,7 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
     """
     from rtc_agent.engines import st
     from rtc_agent.engines.llm import EMBEDDED_NAMES
-    from rtc_agent.engines.llm.smollm import embedded_model_name, offers_tools_by_default
+    from rtc_agent.engines.llm.packaged import embedded_model_name, offers_tools_by_default
 
     def kind(name: str) -> str:
         value = (getattr(settings, f"{name}_engine", "embedded") or "embedded").strip().lower()

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
@@ -41,6 +41,7 @@ from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.ice import server_ice_servers
+from rtc_agent.server.session_context import SessionContext
 from rtc_agent.server.session_end import ClosingSession, announce_end, close_peer_connection, wait_tasks
 
 log = logging.getLogger(__name__)
@@ -65,18 +66,23 @@ async def drain(track: MediaStreamTrack) -> None:
         return
 
 
-class Session(ClosingSession):
-    """A live WebRTC session. Create with :meth:`accept`; end with :meth:`close` (idempotent)."""
+class Session(SessionContext, ClosingSession):
+    """A live WebRTC session. Create with :meth:`accept`; end with :meth:`close` (idempotent). A crash of one of
+    its :data:`CRITICAL_TASKS` ends it with ``internal_error``."""
+
+    critical_tasks = CRITICAL_TASKS
+    channel_label = LABEL  # the data channel that carries its events
 
     def __init__(self, app_cls: type[App], config: dict[str, Any], *, settings: Settings, worker: Any,
                  metrics: Metrics, on_closed: Callable[[Session], None], session_id: str | None = None,
-                 token_hash: str = "") -> None:
+                 token_hash: str = "", rooms: Any = None) -> None:
         self.id = session_id or "sess_" + secrets.token_hex(8)
         self.token_hash = token_hash  # digest of the session's own token (GET/PATCH/DELETE/exports)
         self.app_name = app_cls.name
         self.config = config
         self.settings = settings
         self.worker = worker
+        self.rooms = rooms  # the server's call rooms (AppContext.rooms); None for a Realtime API call
         self.metrics = metrics
         self._on_closed = on_closed
         self.created_at = time.time()
@@ -114,11 +120,7 @@ class Session(ClosingSession):
         """``time.monotonic()`` when the session was created."""
         return self._started
 
-    # --- AppContext ---
-
-    @property
-    def session_id(self) -> str:
-        return self.id
+    # --- AppContext (session_id, observe and spawn: SessionContext) ---
 
     def now_ms(self) -> int:
         return self.clock.ms()
@@ -127,28 +129,8 @@ class Session(ClosingSession):
         if self.state != "closed":
             self.channel.send(event)
 
-    def observe(self, stage: str, seconds: float) -> None:
-        self.metrics.stage_latency.labels(stage=stage).observe(max(0.0, seconds))
-
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
-        """Run a task the session owns. A failure is reported as an ``error`` event; when the task is one the
-        session cannot go on without (:data:`CRITICAL_TASKS`), the session ends with ``internal_error``."""
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is None:
-            return
-        log.error("session %s task %s failed", self.id, task.get_name(), exc_info=exc)
-        self.channel.send_error(exc if isinstance(exc, AgentError) else AgentError(f"internal error: {exc}"))
-        if task.get_name().split(":", 1)[-1] in CRITICAL_TASKS:
-            self.close_soon("internal_error")
+    def report_failure(self, exc: AgentError) -> None:
+        self.channel.send_error(exc)
 
     # --- signaling ---
 
@@ -245,7 +227,7 @@ class Session(ClosingSession):
             self.spawn(drain(track), f"drain-{track.kind}")
 
     def _on_datachannel(self, channel: Any) -> None:
-        if channel.label == LABEL and self.channel.channel is None:
+        if channel.label == self.channel_label and self.channel.channel is None:
             self.channel.attach(channel)
         else:
             channel.close()

@@ -10,14 +10,13 @@ from aiohttp import web
 
 from rtc_agent.auth import AUTH, PRINCIPAL, Principal, secret_hash
 from rtc_agent.auth.access import ROOM_JOIN_APP, Forbidden, client_ip
-from rtc_agent.auth.routes import app_class
 from rtc_agent.auth.secrets import new_secret
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.http_errors import decode_text, parse_json, read_body
 from rtc_agent.server.ice import ice_servers
-from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, SETTINGS, WORKER
+from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, ROOMS, SETTINGS, WORKER, app_class
 from rtc_agent.server.session import SESSION_CANDIDATES_FACTOR, Session
 
 SDP_TYPE = "application/sdp"
@@ -68,7 +67,7 @@ async def create_session(request: web.Request) -> web.Response:
             raise InvalidRequest(f"this client token creates {token.app!r} sessions, not {app_name!r}",
                                  code="token_scope")
         app_name = token.app
-    app_cls = app_class(app_name)
+    app_cls = app_class(app, app_name)
     app[ADMISSION].check(app_cls.name)  # this app's measured capacity, before any engine work
     if not isinstance(config, dict):
         raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
@@ -77,6 +76,7 @@ async def create_session(request: web.Request) -> web.Response:
     if token is not None and token.scope.get("room") not in (None, config.get("room")):
         raise Forbidden("this client token admits its holder to another room", code="token_scope")
     config = app_cls.validate_config(config, settings)
+    app_cls.admit(config, app[ROOMS])
     on_admit: Callable[[], None] | None = None
     if token is not None:  # a malformed offer gets its 400 here, with the token still valid
         sdp = check_offer(sdp, CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates),
@@ -86,7 +86,7 @@ async def create_session(request: web.Request) -> web.Response:
         on_admit = functools.partial(app[AUTH].use_token, request)
     session_token = new_secret("st_")
     session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
-                      on_closed=registry.closed, session_id=token.session_id if token else None,
+                      rooms=app[ROOMS], on_closed=registry.closed, session_id=token.session_id if token else None,
                       token_hash=secret_hash(session_token))
     answer = await registry.start(session, sdp, client=principal.client, peer=peer, on_admit=on_admit)
     headers = {"Location": f"/v1/sessions/{session.id}", "X-Session-Token": session_token,

@@ -28,6 +28,10 @@ The rule (:func:`app_capacity`, a pure function of the figures of :mod:`rtc_agen
 For example, on a loaded 2-core Xeon (Whisper base int8): ``partial_batch_s`` 0.14 and ``final_s`` 0.48 make a
 captions session take (0.14 + 0.48 / 3) / 2 = 0.15 of the machine: 5 sessions; a CPU twice as slow holds 2.
 
+The figures are the probe's at start-up, then (setting ``capacity_running``) the probe's times the slowdown the
+engines show under load (:mod:`rtc_agent.worker.speed`): a machine slower with sessions than idle holds fewer, and
+the limit moves down within seconds and back up over minutes. ``probe_sessions`` keeps what the probe alone said.
+
 Engines that are not measured here (remote engines, or engines not probed) cost this machine nothing in the
 rule. While an engine an app needs is still pending (loading or being probed), or none of its engines was
 measured, the app is ``unmeasured`` and its limit is None: admission lets sessions in as before capacity was
@@ -178,18 +182,28 @@ class CapacityPlanner:
         self.overrides = dict(overrides or {})
         self.enabled = enabled
         self.running = running
-        self._cache: tuple[int, dict[str, AppCapacity]] | None = None
+        self._cache: tuple[int, dict[str, AppCapacity], dict[str, AppCapacity]] | None = None
 
     def apps(self) -> dict[str, AppCapacity]:
+        """Per app the capacity from the book's figures (the running ones where they count)."""
+        return self._computed()[0]
+
+    def probe_apps(self) -> dict[str, AppCapacity]:
+        """Per app the capacity the start-up probe's figures alone give (shown beside the running one)."""
+        return self._computed()[1]
+
+    def _computed(self) -> tuple[dict[str, AppCapacity], dict[str, AppCapacity]]:
         version = self.book.version
         if self._cache is None or self._cache[0] != version:
-            figures, parallel, pending = self.book.figures(), self.book.parallel(), set(self.book.pending)
-            self._cache = (version, {
-                app: app_capacity(app, figures, parallel, pending=pending, safety=self.safety,
-                                  max_sessions=self.max_sessions, override=self.overrides.get(app))
-                for app in APPS
-            })
-        return self._cache[1]
+            parallel, pending = self.book.parallel(), set(self.book.pending)
+
+            def per_app(figures: Figures) -> dict[str, AppCapacity]:
+                return {app: app_capacity(app, figures, parallel, pending=pending, safety=self.safety,
+                                          max_sessions=self.max_sessions, override=self.overrides.get(app))
+                        for app in APPS}
+
+            self._cache = (version, per_app(self.book.figures()), per_app(self.book.probe_figures()))
+        return self._cache[1], self._cache[2]
 
     def limit(self, app: str) -> int | None:
         """Sessions of ``app`` this server admits at once (None: no capacity limit: off, unmeasured or an app
@@ -199,12 +213,15 @@ class CapacityPlanner:
         return self.apps()[app].sessions
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able, for ``/health`` and the pages: ``enabled``, ``safety``, the speed figures (``engines``,
-        ``pending``, ``failed``) and per app its capacity with ``running`` (sessions now) and ``enforced``
-        (admission refuses past ``sessions``)."""
+        """JSON-able, for ``/health`` and the pages: ``enabled``, ``safety``, the speed figures (``engines``: per
+        engine the probe's ``figures``, the ``slowdown`` measured under load and the ``running_figures`` the rule
+        uses; ``pending``, ``failed``) and per app its capacity with ``probe_sessions`` (what the probe alone
+        gives), ``running`` (sessions now) and ``enforced`` (admission refuses past ``sessions``)."""
         apps: dict[str, Any] = {}
+        probe_apps = self.probe_apps()
         for app, cap in self.apps().items():
             entry = cap.as_dict()
+            entry["probe_sessions"] = probe_apps[app].sessions
             entry["running"] = self.running(app)
             entry["enforced"] = self.enabled and cap.sessions is not None
             apps[app] = entry

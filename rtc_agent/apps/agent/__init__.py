@@ -3,16 +3,13 @@
 Everything here is pure Python: no model library and no aiortc.
 """
 
+from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
 from rtc_agent.apps.agent.builtin_tools import builtin_tools, register_builtins
-from rtc_agent.apps.agent.tool_parser import (
-    ParsedItem,
-    ParsedToolCall,
-    ReplyParser,
-    SpokenText,
-    ToolCallParseError,
-    ToolCallParser,
-)
-from rtc_agent.apps.agent.tools import PendingBrowserCalls, Tool, ToolError, ToolRegistry, ToolResult
+from rtc_agent.apps.agent.reply_items import ParsedItem, ParsedToolCall, SpokenText, ToolCallParseError
+from rtc_agent.apps.agent.reply_parser import ReplyParser
+from rtc_agent.apps.agent.tool import Tool, ToolError, ToolResult
+from rtc_agent.apps.agent.tool_parser import ToolCallParser
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
 
 __all__ = [
     "ParsedItem",

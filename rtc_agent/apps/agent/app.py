@@ -6,7 +6,8 @@ when the VAD confirms the end of the turn and no speech came after, that respons
 otherwise it is dropped and a fresh one starts. So the voice-to-voice delay is about the end-of-turn silence, not
 silence + ASR + LLM + TTS. With ``turn_detection: "manual"`` there is no VAD: the client commits its audio
 (``input_audio_buffer.commit``) and asks for responses; with ``create_response: false`` VAD turns become user items
-without a response. Client events are handled in :mod:`rtc_agent.apps.agent.client_events`.
+without a response. ``session.update`` is applied here; the other client events are handled by a
+:class:`~rtc_agent.apps.agent.client_events.ClientEventHandler`.
 
 Barge-in: while the agent is audible (past a grace window after its audio started, against echo of its own
 voice), the first loud VAD window pauses playback within one frame. If the speech lasts the minimum speech
@@ -18,44 +19,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
 from rtc_agent.apps.agent.builtin_tools import register_builtins
-from rtc_agent.apps.agent.client_events import ClientEvents
-from rtc_agent.apps.agent.config import validate_agent_config
+from rtc_agent.apps.agent.client_events import ClientEventHandler
+from rtc_agent.apps.agent.config import LIVE_KEYS, validate_agent_config
 from rtc_agent.apps.agent.conversation import Conversation, Item, new_item_id
 from rtc_agent.apps.agent.onset import LoudnessOnset
 from rtc_agent.apps.agent.responder import Responder, ResponseOptions
-from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry
+from rtc_agent.apps.agent.spoken_items import SpokenItems
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
 from rtc_agent.apps.audio_ring import AudioRing
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.limits import TextLimits
+from rtc_agent.apps.limits import TextLimits, show
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
-from rtc_agent.engines.asr.base import TranscribeRequest
+from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.engines.llm import EMBEDDED_NAMES
-from rtc_agent.engines.llm.base import LLMClient
-from rtc_agent.engines.llm.smollm import embedded_model_name, offers_tools_by_default
+from rtc_agent.engines.llm.client import LLMClient
+from rtc_agent.engines.llm.packaged import embedded_model_name, offers_tools_by_default
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
-from rtc_agent.errors import AgentError
-from rtc_agent.protocol import error_event
-from rtc_agent.protocol.events import InputTranscriptionCompleted, SpeechStarted, SpeechStopped
+from rtc_agent.errors import AgentError, InvalidRequest
+from rtc_agent.protocol import ClientEvent, error_event
+from rtc_agent.protocol.events import (
+    InputTranscriptionCompleted,
+    SessionUpdate,
+    SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
+)
 
 RING_SECONDS = 60  # the longest turn (or uncommitted input buffer) kept for recognition
 SPOKEN_ITEMS = 32  # assistant items whose clause timings are kept for conversation.item.truncate
 # Holding playback is cheap to undo, so it triggers on weaker evidence than the start of a turn: a VAD window
 # above PAUSE_THRESHOLD, or 10 ms louder than -35 dBFS (LoudnessOnset, before the VAD has a whole window).
 PAUSE_THRESHOLD = 0.3
-
-class Clause(NamedTuple):
-    """What :func:`~rtc_agent.engines.tts.stream.spoken_text` needs of a played clause (not its audio)."""
-
-    text: str
-    duration_s: float
 
 
 class Turn:
@@ -71,7 +73,7 @@ class Turn:
         self.asr_ms: float | None = None
 
 
-class AgentApp(ClientEvents, App):
+class AgentApp(App):
     name = "agent"
     title = "Voice agent"
     description = "A spoken assistant that answers, calls tools and stops when you talk over it."
@@ -96,9 +98,9 @@ class AgentApp(ClientEvents, App):
         self._user_item_id: str | None = None
         self._pending_turn: Turn | None = None  # transcribed at a pause, awaiting the end of the turn
         self._paused_at: int | None = None  # tentative barge-in: playback held since this window
-        self._buffer_start_ms = 0  # the input audio not yet part of a turn or a commit starts here
-        self._commits: set[asyncio.Task] = set()  # committed audio being transcribed
-        self._spoken: OrderedDict[str, list[Clause]] = OrderedDict()  # item id -> its clauses, for truncation
+        self.buffer_start_ms = 0  # the input audio not yet part of a turn or a commit starts here
+        self.spoken = SpokenItems(SPOKEN_ITEMS)
+        self.client_events = ClientEventHandler(self)
         vision = config["vision"]
         self.vision = (VisionCommentary(ctx, ctx.worker, "vlm", validate_commentary_config(
             vision if isinstance(vision, dict) else None, ctx.settings)) if vision is not False else None)
@@ -126,17 +128,6 @@ class AgentApp(ClientEvents, App):
         return mode is True or (mode == "auto" and (s.llm_engine not in EMBEDDED_NAMES
                                                     or offers_tools_by_default(s.llm_model)))
 
-    def _options(self, overrides: dict[str, Any] | None = None) -> ResponseOptions:
-        c = {**self.config, **(overrides or {})}
-        choice = c["tool_choice"]
-        return ResponseOptions(max_tokens=c["max_tokens"], temperature=c["temperature"],
-                               max_tool_rounds=c["max_tool_rounds"], filler=c["filler"],
-                               offer_tools=self.offer_tools and choice != "none",
-                               tool_choice=None if choice in ("auto", "none") else choice,
-                               audio=c["output"] == "audio",
-                               end_on_browser_call=c["browser_tool_calls"] == "end_response",
-                               speed=c["speed"], voice=c["voice"], metadata=c.get("metadata"))
-
     def _apply_config(self, config: dict[str, Any]) -> None:
         """Take a validated config whose live keys may have changed (``session.update``)."""
         was_manual = self.config["turn_detection"] == "manual"
@@ -149,6 +140,38 @@ class AgentApp(ClientEvents, App):
             self._drop_pending_turn()
             self._turn_start_ms = None
             self.segmenter.flush(self.ring.end_ms)
+
+    def _update_session(self, session: dict[str, Any]) -> None:
+        """``session.update``: checks everything, then changes instructions, browser tools and live config keys."""
+        self.limits.instructions("session.instructions", session.get("instructions"))
+        self.limits.tools_list("session.tools", session.get("tools"))
+        if "instructions" in session and not isinstance(session["instructions"], str):
+            raise InvalidRequest("instructions must be a string", code="invalid_config")
+        changes = session.get("config") or {}
+        if not isinstance(changes, dict) or set(changes) - LIVE_KEYS:
+            fixed = sorted(set(changes) - LIVE_KEYS) if isinstance(changes, dict) else changes
+            raise InvalidRequest(f"session.config may change only {sorted(LIVE_KEYS)}, not {show(fixed)}",
+                                 code="invalid_config")
+        config = validate_agent_config({**self.config, **changes}, self.ctx.settings) if changes else self.config
+        declared = (self.tools.declare_browser_tools(session["tools"],
+                                                     replace_server=bool(session.get("tools_replace_server")))
+                    if "tools" in session else None)
+        if "instructions" in session:
+            config["instructions"] = self.conversation.instructions = session["instructions"]
+        self._apply_config(config)
+        self.ctx.emit(SessionUpdated(session={
+            "config": {k: v for k, v in self.config.items() if k != "instructions"},
+            "instructions": self.conversation.instructions,
+            "tools": [t.realtime_spec() for t in self.tools.tools()],
+            "browser_tools": [t.name for t in declared] if declared is not None else None,
+            "tools_offered": self.offer_tools,
+        }))
+
+    async def on_event(self, event: ClientEvent) -> None:
+        if isinstance(event, SessionUpdate):
+            self._update_session(event.session)
+        else:
+            await self.client_events.handle(event)
 
     # --- media ---
 
@@ -205,7 +228,7 @@ class AgentApp(ClientEvents, App):
         if (self.config["barge_in"] and self.responder is not None
                 and (self.responder.playing or not self._response_done())):
             self.counts["barge_ins"] += 1
-            self._cancel_response()
+            self.cancel_response()
         elif self._paused_at is not None and self.ctx.speech is not None:
             self.ctx.speech.resume()
         self._paused_at = None
@@ -221,7 +244,7 @@ class AgentApp(ClientEvents, App):
         if self._turn_start_ms is None:
             return
         self.ctx.emit(SpeechStopped(audio_end_ms=ms, item_id=self._user_item_id))
-        self._buffer_start_ms = max(self._buffer_start_ms, self.ring.end_ms)
+        self.buffer_start_ms = max(self.buffer_start_ms, self.ring.end_ms)
         turn = self._pending_turn
         self._pending_turn = None
         if turn is not None and turn.audio_end_ms >= ms:
@@ -255,10 +278,8 @@ class AgentApp(ClientEvents, App):
     async def _run_turn(self, turn: Turn, audio: np.ndarray, held: bool) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        language = self.config["language"]
         try:
-            transcript = await self.ctx.worker.call("asr", TranscribeRequest(
-                audio, language=None if language == "auto" else language, urgent=True))
+            transcript = await self.transcribe(audio)
         except AgentError as exc:
             await turn.confirmed.wait()
             self.ctx.emit(error_event(exc))
@@ -290,16 +311,24 @@ class AgentApp(ClientEvents, App):
         responder.timings["asr_ms"] = turn.asr_ms
         await self._adopt(responder, responder_task)
 
+    async def transcribe(self, audio: np.ndarray) -> Transcript:
+        """``audio`` recognized now (ahead of batch work), in the configured language."""
+        language = self.config["language"]
+        return await self.ctx.worker.call("asr", TranscribeRequest(
+            audio, language=None if language == "auto" else language, urgent=True))
+
     def _make_responder(self, history: list[dict[str, Any]], *, held: bool,
                         overrides: dict[str, Any] | None = None) -> Responder:
         return Responder(llm=self.llm, synthesizer=self.synthesizer, speech=self.ctx.speech, emit=self.ctx.emit,
-                         tools=self.tools, pending=self.pending, history=history, options=self._options(overrides),
+                         tools=self.tools, pending=self.pending, history=history,
+                         options=ResponseOptions.from_config({**self.config, **(overrides or {})},
+                                                             offer_tools=self.offer_tools),
                          held=held)
 
     async def _adopt(self, responder: Responder, task: asyncio.Task, *, keep: bool = True) -> None:
         """Make ``responder`` the session's response: release it and commit its items when it ends."""
         if self._response_task is not None and not self._response_task.done():
-            self._cancel_response()
+            self.cancel_response()
         self.responder = responder
         self._response_task = task
         self.counts["responses"] += 1
@@ -309,7 +338,7 @@ class AgentApp(ClientEvents, App):
         finally:
             for item in responder.items if keep else ():
                 self.conversation.add(item)
-            self._remember_clauses(responder)
+            self.spoken.remember(responder.clauses)
             for key, value in responder.timings.items():
                 if value is not None:
                     self.ctx.observe("agent_" + key.removesuffix("_ms"), value / 1000)
@@ -317,7 +346,11 @@ class AgentApp(ClientEvents, App):
     def _response_done(self) -> bool:
         return self._response_task is None or self._response_task.done()
 
-    def _cancel_response(self) -> None:
+    def responding(self) -> bool:
+        """A response is being generated or its audio is playing."""
+        return not self._response_done() or bool(self.responder and self.responder.playing)
+
+    def cancel_response(self) -> None:
         """Barge-in or response.cancel: stop the audio now, truncate, cancel generation and tools."""
         if self.responder is not None:
             self.responder.interrupt()
@@ -325,16 +358,9 @@ class AgentApp(ClientEvents, App):
             self._response_task.cancel()
         self.pending.cancel_all()
 
-    def _remember_clauses(self, responder: Responder) -> None:
-        for item, synthesis in responder.clauses:
-            self._spoken.setdefault(item.id, []).append(Clause(synthesis.text, synthesis.duration_s))
-            self._spoken.move_to_end(item.id)
-        while len(self._spoken) > SPOKEN_ITEMS:
-            self._spoken.popitem(last=False)
-
-    def _respond_now(self, overrides: dict[str, Any] | None = None) -> None:
+    def respond_now(self, overrides: dict[str, Any] | None = None) -> None:
         """A response to the conversation as it is (after committed audio is transcribed); ``overrides`` are
-        per-response options (see ``ClientEvents._response_overrides``)."""
+        per-response options as :class:`~rtc_agent.apps.agent.client_events.ClientEventHandler` checks them."""
         overrides = dict(overrides or {})
         keep = overrides.pop("keep", True)
         instructions = overrides.pop("instructions", None)
@@ -344,7 +370,7 @@ class AgentApp(ClientEvents, App):
         responder = self._make_responder(history, held=False, overrides=overrides)
 
         async def run() -> None:
-            await self._await_commits()
+            await self.client_events.wait_for_commits()
             responder.history = [history[0], *self.conversation.messages()[1:]]
             await responder.run()
 
@@ -360,6 +386,6 @@ class AgentApp(ClientEvents, App):
 
     async def close(self) -> None:
         self._drop_pending_turn()
-        self._cancel_response()
+        self.cancel_response()
         if self.vision is not None:
             await self.vision.close()

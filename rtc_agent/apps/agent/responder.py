@@ -29,10 +29,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
 from rtc_agent.apps.agent.conversation import Item, new_item_id
-from rtc_agent.apps.agent.tool_parser import ParsedToolCall, ReplyParser, SpokenText, ToolCallParseError
-from rtc_agent.apps.agent.tools import PendingBrowserCalls, ToolRegistry, ToolResult
-from rtc_agent.engines.llm.base import ChatRequest
+from rtc_agent.apps.agent.reply_items import ParsedToolCall, SpokenText, ToolCallParseError
+from rtc_agent.apps.agent.reply_parser import ReplyParser
+from rtc_agent.apps.agent.tool import ToolResult
+from rtc_agent.apps.agent.tool_registry import ToolRegistry
+from rtc_agent.engines.llm.messages import ChatRequest
 from rtc_agent.engines.tts.base import Synthesis
 from rtc_agent.engines.tts.stream import spoken_text
 from rtc_agent.engines.tts.text import ClauseSplitter
@@ -71,6 +74,18 @@ class ResponseOptions:
     speed: float = 1.0
     voice: str | None = None
     metadata: dict[str, Any] | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], *, offer_tools: bool) -> ResponseOptions:
+        """The options of a response under a validated agent ``config`` (per-response overrides merged in);
+        ``offer_tools``: whether the session offers its tools at all."""
+        choice = config["tool_choice"]
+        return cls(max_tokens=config["max_tokens"], temperature=config["temperature"],
+                   max_tool_rounds=config["max_tool_rounds"], filler=config["filler"],
+                   offer_tools=offer_tools and choice != "none",
+                   tool_choice=None if choice in ("auto", "none") else choice, audio=config["output"] == "audio",
+                   end_on_browser_call=config["browser_tool_calls"] == "end_response",
+                   speed=config["speed"], voice=config["voice"], metadata=config.get("metadata"))
 
 
 class Responder:

@@ -1,18 +1,14 @@
-"""Streaming parser for tool calls written in the text: Qwen/Hermes ``<tool_call>{"name": ..., "arguments": ...}
-</tool_call>``, and the same JSON written bare (``{"name": ..., "arguments": ...}``, what Qwen2.5-Coder-0.5B
-answers) or in a Markdown fence (```` ```json ... ``` ````, what the 1.5B writes).
+"""Streaming parser for tool calls written in the text, tagged (:mod:`.tagged_calls`) or not (:mod:`.untagged_calls`).
 
-:class:`ToolCallParser` takes text chunks as they stream from the model and gives back, as early as possible:
+:class:`ToolCallParser` takes text chunks as they stream from the model and gives back, as early as possible,
+the items of :mod:`.reply_items`:
 
-- :class:`SpokenText`: text outside the tags, safe to send to TTS. A tag is never spoken, not even partly: the
-  end of a chunk that could be the start of ``<tool_call>`` or ``</tool_call>`` is held back until the next chunk
-  decides it.
-- :class:`ParsedToolCall`: one complete call with its arguments decoded (``arguments`` given as a JSON object
-  or as a string holding one; ``parameters`` is accepted for ``arguments``; a JSON list in one tag gives one
-  call per element; a Markdown code fence around the JSON is tolerated).
-- :class:`ToolCallParseError`: a tag whose content is not a valid call (malformed JSON, no name, arguments not
-  an object, an unterminated tag at the end). Reported, never raised: the agent answers it to the model as an
-  error result.
+- :class:`~.reply_items.SpokenText`: text outside the tags, safe to send to TTS. A tag is never spoken, not even
+  partly: the end of a chunk that could be the start of ``<tool_call>`` or ``</tool_call>`` is held back until the
+  next chunk decides it.
+- :class:`~.reply_items.ParsedToolCall`: one complete call with its arguments decoded.
+- :class:`~.reply_items.ToolCallParseError`: a tag whose content is not a valid call, or an unterminated tag at
+  the end. Reported, never raised: the agent answers it to the model as an error result.
 
 Untagged calls: a ``{`` or a ```` ``` ```` fence outside a tag holds the text back until the JSON object (braces
 balanced outside strings) or the fence closes. A JSON object with a string ``name`` and an ``arguments`` or
@@ -20,191 +16,28 @@ balanced outside strings) or the fence closes. A JSON object with a string ``nam
 block that is not a call) is released as text. Held text longer than ``max_call_chars`` is released too. At the
 end of the stream, an unterminated object that starts like a call (``{"name":``) is reported as an unterminated
 call, not spoken.
-
-:class:`ReplyParser` does the same for a whole stream of LLM deltas, merging structured ``tool_calls`` deltas
-(servers with a tool parser) with calls written in the text (servers without one), so the turn loop handles
-one kind of item. Pure Python: no model library here.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
 
-from rtc_agent.engines.llm.base import partial_marker_len
-from rtc_agent.protocol import json_limits
+from rtc_agent.apps.agent.reply_items import (
+    ParsedItem,
+    ParsedToolCall,
+    SpokenText,
+    ToolCallParseError,
+    merge_text,
+    new_call_id,
+)
+from rtc_agent.apps.agent.tagged_calls import CLOSE_TAG, OPEN_TAG, parse_call_body
+from rtc_agent.apps.agent.untagged_calls import CALL_START, FENCE, json_object_end, untagged_calls
+from rtc_agent.engines.llm.messages import partial_marker_len
 
-__all__ = [
-    "CLOSE_TAG",
-    "OPEN_TAG",
-    "ParsedItem",
-    "ParsedToolCall",
-    "ReplyParser",
-    "SpokenText",
-    "ToolCallParseError",
-    "ToolCallParser",
-    "merge_text",
-    "new_call_id",
-    "parse_call_body",
-    "untagged_calls",
-]
+__all__ = ["ToolCallParser"]
 
-OPEN_TAG = "<tool_call>"
-CLOSE_TAG = "</tool_call>"
 _TAGS = (OPEN_TAG, CLOSE_TAG)
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
-FENCE = "```"
 _HOLD_MARKERS = (OPEN_TAG, CLOSE_TAG, FENCE)
-_CALL_START = re.compile(r'^\{\s*"(name|function)"\s*:')
-
-
-def new_call_id() -> str:
-    """A fresh call id in OpenAI's style (``call_`` + 24 hex digits)."""
-    return "call_" + uuid.uuid4().hex[:24]
-
-
-@dataclass(frozen=True)
-class SpokenText:
-    """Text for the listener (may be whitespace only, e.g. the newline before a tag; TTS may skip those)."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class ParsedToolCall:
-    """A complete, well-formed tool call (its arguments are not yet validated against the tool's schema)."""
-
-    call_id: str
-    name: str
-    arguments: dict[str, Any]
-    raw: str = ""
-
-    @property
-    def arguments_json(self) -> str:
-        """The arguments as a compact JSON string (for ``response.function_call_arguments.done``)."""
-        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class ToolCallParseError:
-    """A tool call that could not be read. ``name`` is set when the name was readable (bad arguments)."""
-
-    call_id: str
-    message: str
-    raw: str = ""
-    name: str | None = None
-
-
-ParsedItem = SpokenText | ParsedToolCall | ToolCallParseError
-
-
-def _parse_call_object(obj: Any, raw: str, call_id: str) -> ParsedToolCall | ToolCallParseError:
-    if not isinstance(obj, dict):
-        return ToolCallParseError(call_id, "a tool call must be a JSON object with 'name' and 'arguments'", raw)
-    name = obj.get("name")
-    if not isinstance(name, str) or not name.strip():
-        return ToolCallParseError(call_id, "the tool call has no 'name'", raw)
-    name = name.strip()
-    args = obj.get("arguments", obj.get("parameters"))
-    if args is None:
-        args = {}
-    if isinstance(args, str):
-        try:
-            args = json_limits.loads(args) if args.strip() else {}
-        except ValueError as exc:
-            return ToolCallParseError(call_id, f"the arguments of {name} are not valid JSON: {exc}", raw, name)
-    if not isinstance(args, dict):
-        return ToolCallParseError(call_id, f"the arguments of {name} must be a JSON object", raw, name)
-    return ParsedToolCall(call_id, name, args, raw)
-
-
-def parse_call_body(body: str,
-                    id_factory: Callable[[], str] = new_call_id) -> list[ParsedToolCall | ToolCallParseError]:
-    """The calls in the text between ``<tool_call>`` and ``</tool_call>``; never raises."""
-    raw = body.strip()
-    text = raw
-    fenced = _FENCE.match(text)
-    if fenced:
-        text = fenced.group(1).strip()
-    if not text:
-        return [ToolCallParseError(id_factory(), "empty <tool_call>", raw)]
-    try:
-        obj, end = json.JSONDecoder().raw_decode(text)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python recurses
-        return [ToolCallParseError(id_factory(), f"malformed JSON in <tool_call>: {exc}", raw)]
-    if text[end:].strip():
-        return [ToolCallParseError(id_factory(), "unexpected text after the JSON in <tool_call>", raw)]
-    objs = obj if isinstance(obj, list) and obj else [obj]
-    return [_parse_call_object(o, raw, id_factory()) for o in objs]
-
-
-def _json_object_end(text: str) -> int:
-    """The index just past the JSON object that starts at ``text[0] == "{"``, or -1 while it is open."""
-    depth = 0
-    in_string = escaped = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-            if depth <= 0:
-                return i + 1
-    return -1
-
-
-def untagged_calls(text: str, id_factory: Callable[[], str] = new_call_id) -> list[ParsedToolCall] | None:
-    """The calls in ``text`` (bare JSON or a fenced block) when it holds only tool calls; None when it is not one.
-
-    A call is an object with a string ``name`` (or ``function``, as some models write it) and an object
-    ``arguments``/``parameters`` (or no other key); a list of such objects gives one call each.
-    """
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
-    if not body.startswith(("{", "[")):
-        return None
-    try:
-        obj, end = json.JSONDecoder().raw_decode(body)
-    except (ValueError, RecursionError):
-        return None
-    if body[end:].strip():
-        return None
-    objs = obj if isinstance(obj, list) and obj else [obj]
-    calls: list[ParsedToolCall] = []
-    for o in objs:
-        if not isinstance(o, dict):
-            return None
-        name = o.get("name", o.get("function"))
-        if not isinstance(name, str) or not name.strip():
-            return None
-        args = o.get("arguments", o.get("parameters"))
-        if args is None and set(o) - {"name", "function"}:
-            return None
-        if isinstance(args, str):
-            try:
-                args = json_limits.loads(args) if args.strip() else {}
-            except ValueError:
-                return None
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            return None
-        calls.append(ParsedToolCall(id_factory(), name.strip(), args, text.strip()))
-    return calls
 
 
 class ToolCallParser:
@@ -301,7 +134,7 @@ class ToolCallParser:
             close = buf.find(FENCE, len(FENCE))
             end = close + len(FENCE) if close >= 0 else -1
         else:
-            end = _json_object_end(buf)
+            end = json_object_end(buf)
         if end < 0:
             if len(buf) > self._max:  # not a call we can use: speak it rather than hold it forever
                 self._untagged = ""
@@ -328,7 +161,7 @@ class ToolCallParser:
                 if body.startswith(FENCE) else body
             if calls:
                 out.extend(calls)
-            elif _CALL_START.match(fenced_body):
+            elif CALL_START.match(fenced_body):
                 out.append(ToolCallParseError(self._id(), "unterminated tool call", body[:2000]))
             else:
                 out.append(SpokenText(buf))
@@ -348,126 +181,3 @@ class ToolCallParser:
         elif buf and len(buf) < 2:
             out.append(SpokenText(buf))  # a lone "<" is text; "<t", "</tool" ... are a cut-off tag
         return out
-
-
-def merge_text(items: list[ParsedItem]) -> list[ParsedItem]:
-    """``items`` with each run of adjacent ``SpokenText`` joined into one."""
-    merged: list[ParsedItem] = []
-    for item in items:
-        if isinstance(item, SpokenText) and merged and isinstance(merged[-1], SpokenText):
-            merged[-1] = SpokenText(merged[-1].text + item.text)
-        else:
-            merged.append(item)
-    return merged
-
-
-class _ToolCallDeltaLike(Protocol):
-    index: int
-    id: str | None
-    name: str | None
-    arguments: str
-
-
-class _DeltaLike(Protocol):
-    """What :class:`ReplyParser` reads from a delta (``rtc_agent.engines.llm.ChatDelta`` fits)."""
-
-    text: str
-    tool_calls: Iterable[_ToolCallDeltaLike]
-    finish_reason: str | None
-
-
-@dataclass
-class _Structured:
-    id: str | None = None
-    name: str | None = None
-    arguments: list[str] = field(default_factory=list)
-
-
-class ReplyParser:
-    """Turns LLM deltas into :data:`ParsedItem` items, in order.
-
-    Text goes through a :class:`ToolCallParser`; structured tool-call deltas are merged by index and a call is
-    emitted when the next index starts or the reply finishes (its arguments JSON is then complete). The delta
-    with ``finish_reason`` flushes everything; ``finish()`` does the same for a stream that ended without one
-    (idempotent). ``finish_reason`` and ``usage`` keep what the stream reported; ``calls`` lists every call
-    emitted (text and structured), ``text`` everything spoken.
-    """
-
-    def __init__(self, *, id_factory: Callable[[], str] = new_call_id) -> None:
-        self._id = id_factory
-        self._text = ToolCallParser(id_factory=id_factory)
-        self._structured: dict[int, _Structured] = {}
-        self._finished = False
-        self.finish_reason: str | None = None
-        self.usage: Any = None
-        self.calls: list[ParsedToolCall | ToolCallParseError] = []
-        self._spoken: list[str] = []
-
-    @property
-    def text(self) -> str:
-        return "".join(self._spoken)
-
-    @property
-    def in_call(self) -> bool:
-        """True while a tool call is being written (text tag open, or structured call deltas pending)."""
-        return self._text.in_call or bool(self._structured)
-
-    def feed(self, delta: _DeltaLike) -> list[ParsedItem]:
-        if self._finished:
-            return []
-        out: list[ParsedItem] = []
-        if delta.text:
-            out.extend(self._text.feed(delta.text))
-        for part in delta.tool_calls or ():
-            earlier = [i for i in self._structured if i < part.index]
-            for index in sorted(earlier):
-                out.append(self._complete(index))
-            call = self._structured.setdefault(part.index, _Structured())
-            if part.id:
-                call.id = part.id
-            if part.name:
-                call.name = part.name
-            if part.arguments:
-                call.arguments.append(part.arguments)
-        if getattr(delta, "usage", None) is not None:
-            self.usage = delta.usage
-        if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
-            out.extend(self._flush())
-        return self._record(out)
-
-    def finish(self) -> list[ParsedItem]:
-        return self._record(self._flush())
-
-    def _flush(self) -> list[ParsedItem]:
-        if self._finished:
-            return []
-        self._finished = True
-        out = self._text.flush()
-        for index in sorted(self._structured):
-            out.append(self._complete(index))
-        return out
-
-    def _complete(self, index: int) -> ParsedToolCall | ToolCallParseError:
-        call = self._structured.pop(index)
-        call_id = call.id or self._id()
-        raw = "".join(call.arguments)
-        if not call.name:
-            return ToolCallParseError(call_id, "the structured tool call has no name", raw)
-        try:
-            args = json_limits.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            return ToolCallParseError(call_id, f"the arguments of {call.name} are not valid JSON: {exc}", raw,
-                                      call.name)
-        if not isinstance(args, dict):
-            return ToolCallParseError(call_id, f"the arguments of {call.name} must be a JSON object", raw, call.name)
-        return ParsedToolCall(call_id, call.name, args, raw)
-
-    def _record(self, items: list[ParsedItem]) -> list[ParsedItem]:
-        items = merge_text(items)
-        for item in items:
-            if isinstance(item, SpokenText):
-                self._spoken.append(item.text)
-            else:
-                self.calls.append(item)
-        return items

@@ -13,7 +13,7 @@ events the room fans out with ``speaker``. Client events: ``room.signal`` (relay
 ``camera_muted``, ``name``), ``input_audio_buffer.commit``.
 
 Display names are unique in a room: a ``name`` another live participant already uses gets a suffix (``Ana (2)``,
-:mod:`rtc_agent.rooms.names`) when joining or renaming; the session's config (``session.created`` /
+:mod:`rtc_agent.apps.call.names`) when joining or renaming; the session's config (``session.created`` /
 ``session.updated``) and its own entry in ``room.joined`` carry the final name.
 """
 
@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.base import App, AppContext
+from rtc_agent.apps.call.names import MAX_NAME
+from rtc_agent.apps.call.participant import Participant
+from rtc_agent.apps.call.room import Room, check_room_name
 from rtc_agent.apps.captions import CaptionsApp
 from rtc_agent.apps.captions.app import check_language
 from rtc_agent.apps.limits import show, show_keys
@@ -38,8 +41,6 @@ from rtc_agent.protocol.events import (
     SessionUpdate,
     SessionUpdated,
 )
-from rtc_agent.rooms.names import MAX_NAME
-from rtc_agent.rooms.room import Participant, Room, check_room_name, registry_for
 
 CONFIG_KEYS = frozenset({"room", "name", "language", "listen_language", "captions", "interpret"})
 LIVE_KEYS = frozenset({"name", "language", "listen_language", "captions", "interpret", "mic_muted", "camera_muted"})
@@ -74,6 +75,7 @@ class _SpeakerContext:
         ctx = app.ctx
         self.session_id = ctx.session_id
         self.speech = None
+        self.rooms = None  # the captions pipeline joins no room
         self.worker = ctx.worker
         self.settings = ctx.settings
 
@@ -129,14 +131,22 @@ class CallApp(App):
             "captions": _flag(config, "captions", True),
             "interpret": _flag(config, "interpret", True),
         }
-        registry_for(settings).check_room(out["room"])  # 409 room_full before any media work
         return out
+
+    @classmethod
+    def admit(cls, config: dict[str, Any], rooms: Any) -> None:
+        """409 ``room_full`` when the room has no free place (checked again when the session joins it)."""
+        if rooms is not None:
+            rooms.check_room(config["room"])
 
     def engines(self) -> dict[str, str]:
         return self.captions.engines()
 
     async def start(self) -> None:
-        self.room = registry_for(self.ctx.settings).join(self.config["room"], self.participant)
+        rooms = self.ctx.rooms
+        if rooms is None:
+            raise InvalidRequest("this server has no call rooms for this session", code="invalid_config")
+        self.room = rooms.join(self.config["room"], self.participant)
         self.config["name"] = self.participant.name  # suffixed if another participant has this name
         await self.captions.start()
 
@@ -191,8 +201,7 @@ class CallApp(App):
             if key in update:
                 setattr(p, key, _flag(update, key, False))
         if "language" in update and self.room is not None:  # a new source language: new pipelines
-            for key in [k for k in self.room.pairs if k[0] == p.id]:
-                self.room.pairs.pop(key).close()
+            self.room.close_pairs(p.id)
         self.ctx.emit(SessionUpdated(session={"config": self.config}))
         if self.room is not None:
             self.room.update(p)

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.base import App, AppContext
+from rtc_agent.apps.captions.earlier_finals import FinalCaption
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.captions.transcriber import FinalCaption, StreamingTranscriber, transcriber_config
+from rtc_agent.apps.captions.transcriber import StreamingTranscriber
+from rtc_agent.apps.captions.transcriber_config import transcriber_config
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity

@@ -29,7 +29,8 @@ from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.interpret.chunker import ChunkCutter
 from rtc_agent.apps.interpret.config import resolve_config
 from rtc_agent.apps.interpret.pipeline import InterpretPipeline
-from rtc_agent.apps.interpret.policy import PolicyConfig, SimulPolicy
+from rtc_agent.apps.interpret.policy import SimulPolicy
+from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker
 from rtc_agent.engines import st

@@ -1,7 +1,7 @@
 """``ChunkCutter``: VAD-labelled audio in, policy chunks out, on a fixed grid of the source clock.
 
 Pure logic. It is fed Silero VAD windows (512 samples = 32 ms at 16 kHz) with their speech probabilities, in
-order, and cuts them into :class:`~rtc_agent.apps.interpret.policy.AudioChunk` objects: the first exactly
+order, and cuts them into :class:`AudioChunk` objects: the first exactly
 ``first_chunk_ms`` (1600 ms = 50 windows), then ``chunk_ms`` (800 ms = 25 windows, or 1600 ms). Both sizes are
 whole numbers of windows, so chunk edges fall on window edges and the grid never drifts.
 
@@ -14,17 +14,40 @@ A chunk is voiced when any of its windows is speech: inside an utterance by the 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.interpret.policy import FIRST_CHUNK_MS, AudioChunk
 
-__all__ = ["WINDOW_MS", "WINDOW_SAMPLES", "ChunkCutter"]
+__all__ = ["CHUNK_SIZES_MS", "FIRST_CHUNK_MS", "WINDOW_MS", "WINDOW_SAMPLES", "AudioChunk", "ChunkCutter"]
 
 SAMPLE_RATE = 16000
 WINDOW_SAMPLES = 512
 WINDOW_MS = WINDOW_SAMPLES * 1000 // SAMPLE_RATE  # 32
+FIRST_CHUNK_MS = 1600
+CHUNK_SIZES_MS = (800, 1600)  # the sizes of the chunks after the first
+
+
+@dataclass
+class AudioChunk:
+    """One policy chunk: ``audio`` (float32, 16 kHz) from ``start_ms`` to ``end_ms`` on the source clock.
+
+    ``voiced`` is the VAD's verdict; ``speech_end_ms`` where the last speech inside it ended (``None``: none);
+    ``ready_at`` (``time.monotonic()``) when the chunk was complete.
+    """
+
+    index: int
+    start_ms: int
+    end_ms: int
+    audio: np.ndarray
+    voiced: bool
+    speech_end_ms: int | None = None
+    ready_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def duration_ms(self) -> int:
+        return self.end_ms - self.start_ms
 
 
 class ChunkCutter:

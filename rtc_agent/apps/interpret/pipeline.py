@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.apps.interpret.chunker import WINDOW_MS, WINDOW_SAMPLES, ChunkCutter
-from rtc_agent.apps.interpret.policy import AudioChunk, SimulPolicy
+from rtc_agent.apps.interpret.chunker import WINDOW_MS, WINDOW_SAMPLES, AudioChunk, ChunkCutter
+from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.voice_activity import VoiceActivity
 from rtc_agent.engines.vad import VadRequest, VadStream
 

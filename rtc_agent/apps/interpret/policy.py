@@ -4,7 +4,7 @@
 sits behind a :class:`~rtc_agent.engines.st.base.SpeechTranslator`. Rules:
 
 - Chunks (cut by :class:`~rtc_agent.apps.interpret.chunker.ChunkCutter`): the first is exactly 1600 ms, later
-  ones ``chunk_ms`` (800 or 1600); :class:`PolicyConfig` validates that.
+  ones ``chunk_ms`` (800 or 1600); :class:`~rtc_agent.apps.interpret.policy_config.PolicyConfig` validates that.
 - A chunk the VAD found silent is a ``SKIP``: no model call, not added to the dialogue.
 - Every voiced chunk is one turn: the translator gets the whole history (every chunk since the last cut, with what
   was emitted after it) plus the new chunk; non-empty text is an ``EMIT``, empty a ``WAIT``.
@@ -34,12 +34,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rtc_agent.apps.captions.language import LanguageRule
+from rtc_agent.apps.interpret.chunker import AudioChunk
+from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.engines.st.base import SpeechTranslator, TranslateRequest, Translation, Turn
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
@@ -47,75 +48,7 @@ from rtc_agent.protocol.events import TranslationChunk, TranslationFlush, Transl
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FIRST_CHUNK_MS", "AudioChunk", "PolicyConfig", "SimulPolicy"]
-
-FIRST_CHUNK_MS = 1600
-CHUNK_SIZES_MS = (800, 1600)
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """The policy's knobs, validated at construction (``ValueError`` naming the field).
-
-    - ``first_chunk_ms``: exactly 1600. ``chunk_ms``: 800 or 1600.
-    - ``max_waits``: consecutive WAITs that trigger a flush (0: never on WAITs; then ``max_backlog_ms`` bounds
-      the backlog). ``silence_flush_ms``: silence after speech that triggers a flush.
-    - ``max_backlog_ms``: the longest WAIT backlog a flush re-translates; older chunks are dropped from it.
-    - ``max_model_len``: the model's context in tokens (``None``: no budget rule); ``budget_margin``: the tokens
-      kept free (256).
-    - ``window_s``: cut after this many seconds of speech in the dialogue (``None``: no window rule).
-    """
-
-    first_chunk_ms: int = FIRST_CHUNK_MS
-    chunk_ms: int = 800
-    max_waits: int = 4
-    silence_flush_ms: int = 2400
-    max_backlog_ms: int = 12_000
-    max_model_len: int | None = None
-    budget_margin: int = 256
-    window_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.first_chunk_ms != FIRST_CHUNK_MS:
-            raise ValueError(f"first_chunk_ms must be exactly {FIRST_CHUNK_MS}, got {self.first_chunk_ms!r}")
-        if self.chunk_ms not in CHUNK_SIZES_MS:
-            raise ValueError(f"chunk_ms must be 800 or 1600, got {self.chunk_ms!r}")
-        if not isinstance(self.max_waits, int) or self.max_waits < 0:
-            raise ValueError(f"max_waits must be an integer >= 0, got {self.max_waits!r}")
-        if not isinstance(self.silence_flush_ms, int) or self.silence_flush_ms < self.chunk_ms:
-            raise ValueError(f"silence_flush_ms must be an integer >= chunk_ms, got {self.silence_flush_ms!r}")
-        if not isinstance(self.max_backlog_ms, int) or self.max_backlog_ms < FIRST_CHUNK_MS:
-            raise ValueError(f"max_backlog_ms must be an integer >= {FIRST_CHUNK_MS}, got {self.max_backlog_ms!r}")
-        if self.max_model_len is not None and (not isinstance(self.max_model_len, int)
-                                               or self.max_model_len <= self.budget_margin):
-            raise ValueError(f"max_model_len must be an integer above budget_margin ({self.budget_margin}), "
-                             f"got {self.max_model_len!r}")
-        if not isinstance(self.budget_margin, int) or self.budget_margin < 0:
-            raise ValueError(f"budget_margin must be an integer >= 0, got {self.budget_margin!r}")
-        if self.window_s is not None and not 2.0 <= self.window_s <= 3600.0:
-            raise ValueError(f"window_s must be None or 2..3600 seconds, got {self.window_s!r}")
-
-
-@dataclass
-class AudioChunk:
-    """One policy chunk: ``audio`` (float32, 16 kHz) from ``start_ms`` to ``end_ms`` on the source clock.
-
-    ``voiced`` is the VAD's verdict; ``speech_end_ms`` where the last speech inside it ended (``None``: none);
-    ``ready_at`` (``time.monotonic()``) when the chunk was complete.
-    """
-
-    index: int
-    start_ms: int
-    end_ms: int
-    audio: np.ndarray
-    voiced: bool
-    speech_end_ms: int | None = None
-    ready_at: float = field(default_factory=time.monotonic)
-
-    @property
-    def duration_ms(self) -> int:
-        return self.end_ms - self.start_ms
-
+__all__ = ["SimulPolicy"]
 
 Emit = Callable[[ServerEvent], None]
 OnText = Callable[[str, int, int], None]

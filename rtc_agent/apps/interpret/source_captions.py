@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.apps.captions.app import feed_window, finish_finals
+from rtc_agent.apps.captions.earlier_finals import FinalCaption
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
-from rtc_agent.apps.captions.transcriber import FinalCaption, Spawn, StreamingTranscriber, transcriber_config
+from rtc_agent.apps.captions.transcriber import Spawn, StreamingTranscriber
+from rtc_agent.apps.captions.transcriber_config import transcriber_config
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.protocol import ServerEvent
 

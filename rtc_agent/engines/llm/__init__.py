@@ -1,5 +1,15 @@
-"""LLM engines: the chat protocol (:mod:`.base`), the embedded SmolLM2 engine (:mod:`.smollm`) and the
-OpenAI-compatible remote engine (:mod:`.openai`), chosen from settings by :func:`engine_spec`.
+"""LLM engines, chosen from settings by :func:`engine_spec`: the embedded SmolLM2/Qwen engine (:mod:`.smollm`)
+and the OpenAI-compatible remote engine (:mod:`.openai`), both :class:`~.engine.ChatEngine` subclasses.
+
+The chat protocol: :mod:`.messages` (requests, deltas, results), :mod:`.job` (the worker job and its cancel
+token), :mod:`.engine` (the engine contract), :mod:`.stream` (the engine thread -> event loop bridge) and
+:mod:`.client` (what an app holds). How a streamed chat flows::
+
+    app (event loop)                       worker                      engine thread
+    LLMClient.stream(request) ─ ChatJob ──> Worker.call("llm", job) ──> ChatEngine.run_batch([job])
+         ^                                  (bounded queue,                 for delta in generate(request, cancel):
+         │                                   concurrency, metrics)              job.sink(delta) ──┐
+    ChatStream (async iterator) <── DeltaBridge (bounded, call_soon_threadsafe) <─────────────────┘
 
 Typical use from an app::
 
@@ -17,22 +27,20 @@ from __future__ import annotations
 from typing import Any
 
 from rtc_agent.config import Settings, SettingsError
-from rtc_agent.engines.llm.base import (
+from rtc_agent.engines.llm.client import LLMClient
+from rtc_agent.engines.llm.engine import ChatEngine
+from rtc_agent.engines.llm.job import CancelToken, ChatJob
+from rtc_agent.engines.llm.messages import (
     FINISH_REASONS,
-    CancelToken,
     ChatAccumulator,
     ChatDelta,
-    ChatEngine,
-    ChatJob,
     ChatRequest,
     ChatResult,
-    ChatStream,
-    DeltaBridge,
-    LLMClient,
     ToolCall,
     ToolCallDelta,
     Usage,
 )
+from rtc_agent.engines.llm.stream import ChatStream, DeltaBridge
 from rtc_agent.worker import EngineSpec
 
 __all__ = [
@@ -63,7 +71,7 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
     """The worker registration of the LLM chosen by ``settings`` (``llm_engine``, ``llm_url``, ``llm_model``).
 
     - ``embedded`` (default): :class:`~rtc_agent.engines.llm.smollm.SmolLMEngine` with ``llm_model`` (empty: the
-      packaged default, ``smollm.DEFAULT_MODEL``; ``smollm2-135m`` or ``qwen2.5-coder-0.5b`` name a packaged model),
+      packaged default, ``packaged.DEFAULT_MODEL``; ``smollm2-135m`` or ``qwen2.5-coder-0.5b`` name a packaged model),
       ``settings.cache_dir`` and ``llm_precision``; ``concurrency`` 1 by default (one
       generation at a time on the CPU); it yields the CPU to the ``tts`` and ``asr`` engines between tokens.
     - ``openai``: :class:`~rtc_agent.engines.llm.openai.OpenAIChatEngine` on ``llm_url`` (required) with
@@ -81,7 +89,8 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
         engine_options.setdefault("precision", settings.llm_precision)
 
         def embedded() -> Any:
-            from rtc_agent.engines.llm.smollm import DEFAULT_MODEL, SmolLMEngine
+            from rtc_agent.engines.llm.packaged import DEFAULT_MODEL
+            from rtc_agent.engines.llm.smollm import SmolLMEngine
 
             return SmolLMEngine(model or DEFAULT_MODEL, cache_dir=cache_dir, **engine_options)
 

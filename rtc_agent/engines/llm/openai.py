@@ -8,7 +8,7 @@ the cancelling thread, which the server sees as the client going away, so it sto
 Tool calls arrive either as structured ``tool_calls`` deltas (a server started with a tool parser, e.g. vLLM
 ``--enable-auto-tool-choice --tool-call-parser hermes``) or as raw ``<tool_call>...</tool_call>`` text in the
 content (a server without one); both are passed through unchanged: structured ones as
-:class:`~rtc_agent.engines.llm.base.ToolCallDelta`, raw ones as text for the agent's streaming tool parser.
+:class:`~rtc_agent.engines.llm.messages.ToolCallDelta`, raw ones as text for the agent's streaming tool parser.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from rtc_agent.engines.endpoints import openai_endpoint
-from rtc_agent.engines.llm.base import CancelToken, ChatDelta, ChatEngine, ChatRequest, ToolCallDelta, Usage
+from rtc_agent.engines.llm.engine import ChatEngine
+from rtc_agent.engines.llm.job import CancelToken
+from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ToolCallDelta, Usage
 from rtc_agent.errors import EngineError
 from rtc_agent.redact import redact_text, redact_url, register_secret, register_url_secrets
 

@@ -30,7 +30,8 @@ from rtc_agent.engines.st.base import (
 )
 from rtc_agent.engines.st.cascade import CascadeTranslator
 from rtc_agent.engines.st.remote import MODES, ChatTranslator
-from rtc_agent.engines.st.whisper import WHISPER_CONTEXT, WhisperStream, WhisperTranslator
+from rtc_agent.engines.st.whisper import WHISPER_CONTEXT, WhisperTranslator
+from rtc_agent.engines.st.whisper_stream import WhisperStream
 from rtc_agent.worker import EngineSpec
 
 __all__ = [

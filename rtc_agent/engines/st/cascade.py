@@ -1,7 +1,7 @@
 """Cascade speech translation: streaming ASR (Whisper transcribe + LocalAgreement) then an LLM translating text.
 
 Works for any language pair the LLM knows. Each turn the dialogue's audio is transcribed (the ``asr`` engine,
-words committed by LocalAgreement-2 as in :class:`~rtc_agent.engines.st.whisper.WhisperStream`); committed source
+words committed by LocalAgreement-2 as in :class:`~rtc_agent.engines.st.whisper_stream.WhisperStream`); committed source
 words wait until they end a clause (``. , ; : ? !``) or ``max_pending_words`` pile up, and are then translated by
 the LLM in one chat turn: EMIT. Turns that commit no such text are WAITs and make no LLM call. A flush takes every
 recognized word (the tentative ones too) and translates it.
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtc_agent.engines.llm.base import ChatRequest, ChatResult
+from rtc_agent.engines.llm.messages import ChatRequest, ChatResult
 from rtc_agent.engines.st.base import TranslateRequest, Translation, Turn, language_name
-from rtc_agent.engines.st.whisper import WhisperStream
+from rtc_agent.engines.st.whisper_stream import WhisperStream
 
 __all__ = ["CascadeTranslator"]
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.engines.asr.openai import wav_bytes
-from rtc_agent.engines.llm.base import ChatRequest, ChatResult
+from rtc_agent.engines.llm.messages import ChatRequest, ChatResult
 from rtc_agent.engines.st.base import TranslateRequest, Translation, Turn, language_name
 
 __all__ = ["MODES", "ChatTranslator"]

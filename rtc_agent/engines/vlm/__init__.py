@@ -2,7 +2,7 @@
 
 Every backend is a worker :class:`~rtc_agent.worker.Engine` (``load`` / ``run_batch`` / ``close``) that also opens
 realtime sessions (:meth:`VLMEngine.open_session`); a session has the API of
-:class:`~rtc_agent.apps.vision_session.RealtimeVisionSession`. Backends, chosen with ``--vlm-engine``:
+:class:`~rtc_agent.engines.vlm.realtime.RealtimeVisionSession`. Backends, chosen with ``--vlm-engine``:
 
 - ``embedded`` (default): :class:`~rtc_agent.engines.vlm.scene.SceneDescriberEngine`, a CPU scene describer
   (scene cuts, motion, faces) that speaks the token protocol; no model weights.
@@ -14,8 +14,10 @@ realtime sessions (:meth:`VLMEngine.open_session`); a session has the API of
 - ``sglang`` / ``openai``: the SGLang-Omni realtime service at ``--vlm-url`` (``/v1/video/realtime``).
 
 One realtime session per model instance: :func:`engine_spec` registers the engine with ``capacity=1`` and each
-backend refuses a second concurrent session with :class:`~rtc_agent.apps.vision_session.SessionBusy`.
-This module imports no model library; backends import theirs when they load.
+backend refuses a second concurrent session with :class:`~rtc_agent.engines.vlm.base.SessionBusy`.
+This package face re-exports the contract the app layer uses (the engine in :mod:`~rtc_agent.engines.vlm.base`,
+sessions in :mod:`~rtc_agent.engines.vlm.session`, outputs in :mod:`~rtc_agent.engines.vlm.outputs`) and imports
+no model library; backends import theirs when they load.
 """
 
 from __future__ import annotations
@@ -23,62 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rtc_agent.apps.vision_session import SessionOptions, SessionSlot, VisionSession
-from rtc_agent.errors import EngineError
+from rtc_agent.engines.vlm.base import ENGINE_NAME, SessionBusy, SessionOptions, VLMEngine
+from rtc_agent.engines.vlm.outputs import VisionOutput
+from rtc_agent.engines.vlm.session import VisionSession
 from rtc_agent.worker import EngineSpec
 
-__all__ = ["ENGINE_NAME", "SessionOptions", "VLMEngine", "engine_spec"]
-
-ENGINE_NAME = "vlm"
-
-
-class VLMEngine:
-    """Base of the vision engines: the worker contract plus :meth:`open_session`.
-
-    Subclasses implement :meth:`load` and :meth:`_open` (build a session; called with the slot already taken)
-    and may override :meth:`close` and :meth:`describe`. The worker never batches calls to a vision engine:
-    sessions are the way in, so :meth:`run_batch` answers every request with an error.
-    """
-
-    kind = "vlm"
-
-    def __init__(self) -> None:
-        self.slot = SessionSlot(f"{type(self).__name__} instance")
-        self.loaded = False
-
-    def load(self, progress: Callable[[str], None]) -> None:
-        self.loaded = True
-        progress("ready")
-
-    def run_batch(self, requests: list[Any]) -> list[Any]:
-        err = EngineError("the vision engine serves realtime sessions only (open_session)", code="unsupported")
-        return [err for _ in requests]
-
-    def open_session(self, options: SessionOptions | None = None) -> VisionSession:
-        """A new (not yet started) realtime session. Blocking (a remote backend may connect here).
-
-        Raises :class:`~rtc_agent.apps.vision_session.SessionBusy` while another session of this instance is
-        active; the session frees the instance when it closes.
-        """
-        if not self.loaded:
-            raise RuntimeError(f"{type(self).__name__} is not loaded")
-        options = options or SessionOptions()
-        release = self.slot.acquire(options)
-        try:
-            return self._open(options, release)
-        except BaseException:
-            release()
-            raise
-
-    def _open(self, options: SessionOptions, release: Callable[[], None]) -> VisionSession:
-        raise NotImplementedError
-
-    def describe(self) -> dict[str, Any]:
-        """What the engine is, for ``session.created`` and logs."""
-        return {"backend": type(self).__name__}
-
-    def close(self) -> None:
-        self.loaded = False
+__all__ = ["ENGINE_NAME", "SessionBusy", "SessionOptions", "VLMEngine", "VisionOutput", "VisionSession", "engine_spec"]
 
 
 def engine_spec(settings: Any, name: str = ENGINE_NAME) -> EngineSpec:

@@ -13,7 +13,7 @@
 
 :class:`SceneTokenSource` turns those sentences into tokens (one word per token) and says ``<|silence|>`` when
 there is nothing to say, so the describer runs behind the same
-:class:`~rtc_agent.apps.vision_session.RealtimeVisionSession` as a real model: frames are drained, the loop
+:class:`~rtc_agent.engines.vlm.realtime.RealtimeVisionSession` as a real model: frames are drained, the loop
 parks on silence, prompts open rounds (the describer answers any prompt with a summary of the current view) and
 the token rate cap applies. No model weights are involved.
 """
@@ -31,15 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.apps.vision_session import (
-    ELLIPSIS,
-    SILENCE,
-    MossChatFormat,
-    RealtimeVisionSession,
-    Segment,
-    VisionSession,
-)
-from rtc_agent.engines.vlm import SessionOptions, VLMEngine
+from rtc_agent.engines.vlm.base import SessionOptions, VLMEngine
+from rtc_agent.engines.vlm.chat_format import ELLIPSIS, SILENCE, MossChatFormat, Segment
+from rtc_agent.engines.vlm.realtime import RealtimeVisionSession
+from rtc_agent.engines.vlm.session import VisionSession
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +275,7 @@ _WORD = re.compile(r"\s*\S+")
 
 
 class SceneTokenSource:
-    """A :class:`~rtc_agent.apps.vision_session.TokenSource` over a :class:`SceneDescriber`: each word of a
+    """A :class:`~rtc_agent.engines.vlm.realtime.TokenSource` over a :class:`SceneDescriber`: each word of a
     sentence is one token; with nothing to say the next token is ``<|silence|>``.
 
     Frames are analysed when fed; a prompt drops unspoken commentary and queues a summary of the view. At most

@@ -1,0 +1,266 @@
+"""One meeting of a call room: membership, events to participants, signal relay, captions and interpretation.
+
+A room exists while it has participants (at most its host's ``max_participants``; one more gets 409
+``room_full``). Every participant is one session of the ``call`` app, which hands the room its
+:class:`~rtc_agent.apps.call.participant.Participant` (how to reach that session: ``emit``, its speech track,
+``spawn``). The room
+
+- announces membership: ``room.joined`` to the newcomer, ``room.participant.joined`` / ``.left`` / ``.updated``
+  to the others;
+- relays ``room.signal`` (browser-to-browser media signaling) after validating it
+  (:mod:`rtc_agent.apps.call.signal_relay`); ``from`` is always set by the server;
+- sends each speaker's ``caption.partial`` / ``caption.final`` to every participant who wants captions, with
+  ``speaker {participant_id, name}``, and keeps the finals in the room's :class:`Transcript`;
+- keeps one interpretation pair per (speaker, target language) where a listener's ``listen_language`` differs
+  from the speaker's ``language`` (an ``auto`` speaker is not interpreted: its language is unknown). Pairs are
+  made by the injected ``pair_factory`` (:class:`~rtc_agent.apps.call.interpretation.PairInterpreter` on a
+  server), which is handed the room as its outlet (``segment_at``, ``on_translation``, ``send_to_language``).
+
+Display names are unique among a room's live participants (:mod:`rtc_agent.apps.call.names`: ``Ana``,
+``Ana (2)``). The room's host (:class:`~rtc_agent.apps.call.room_registry.RoomRegistry`) says how many may join
+and which languages can be interpreted into, and hears when the room has emptied.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from rtc_agent.apps.call.names import unique_name
+from rtc_agent.apps.call.participant import Participant
+from rtc_agent.apps.call.signal_relay import relayed_payload
+from rtc_agent.apps.call.transcript import Transcript, TranscriptLine
+from rtc_agent.errors import AgentError, InvalidRequest, NotFound, RateLimited
+from rtc_agent.protocol import ServerEvent
+from rtc_agent.protocol.events import (
+    CaptionFinal,
+    CaptionPartial,
+    CaptionTranslation,
+    RoomJoined,
+    RoomParticipantJoined,
+    RoomParticipantLeft,
+    RoomParticipantUpdated,
+    RoomSignal,
+)
+
+log = logging.getLogger(__name__)
+
+ROOM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+SEGMENTS_KEPT = 64  # caption segments remembered per speaker, to attach translations to
+
+
+class RoomFull(AgentError):
+    type = "invalid_request_error"
+    code = "room_full"
+    status = 409
+
+
+def check_room_name(value: Any) -> str:
+    """``value`` if it is a room name (1-64 letters, digits, ``-``, ``_``), else 400 ``invalid_config``."""
+    if not isinstance(value, str) or not ROOM_NAME.match(value):
+        raise InvalidRequest("room must be 1-64 letters, digits, '-' or '_' (starting with a letter or digit)",
+                             code="invalid_config")
+    return value
+
+
+class InterpretationPair(Protocol):
+    """The interpretation of one speaker into one target language, as the room drives it."""
+
+    def start(self) -> None: ...
+
+    def push_audio(self, audio: np.ndarray, start_ms: int) -> None: ...
+
+    def set_listeners(self, listeners: list[Participant]) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+#: ``(outlet, speaker, target)`` -> a pair not started yet; raises :class:`AgentError` when there can be none.
+PairFactory = Callable[["Room", Participant, str], InterpretationPair]
+
+
+class RoomHost(Protocol):
+    """What a room asks of the registry that holds it."""
+
+    @property
+    def max_participants(self) -> int: ...
+
+    def can_translate(self, target: str) -> bool: ...
+
+    def ended(self, room: Room) -> None:
+        """The room has no participants left."""
+        ...
+
+
+def _base(language: str) -> str:
+    return language.split("-")[0].lower()
+
+
+class Room:
+    """One meeting of the room ``name`` (``meeting_id``) while it is live or idle."""
+
+    def __init__(self, name: str, host: RoomHost, meeting_id: str = "", *, pair_factory: PairFactory) -> None:
+        self.name = name
+        self.host = host
+        self.meeting_id = meeting_id
+        self.pair_factory = pair_factory
+        self.participants: dict[str, Participant] = {}
+        self.pairs: dict[tuple[str, str], InterpretationPair] = {}  # (speaker id, target) -> its pair
+        self.transcript = Transcript(name, meeting_id)
+        self.created = time.monotonic()
+        self._segments: dict[str, OrderedDict[str, tuple[int, int | None]]] = {}
+
+    # --- membership -------------------------------------------------------------------------------------
+
+    def join(self, p: Participant) -> None:
+        if p.id in self.participants:
+            return
+        if len(self.participants) >= self.host.max_participants:
+            raise RoomFull(f"room {self.name!r} is full ({self.host.max_participants} participants)")
+        others = list(self.participants.values())
+        p.name = self.free_name(p.name, p.id)
+        self.participants[p.id] = p
+        self.transcript.participants[p.id] = {"participant_id": p.id, "name": p.name, "language": p.language,
+                                             "joined_at": p.joined_at}
+        p.send(RoomJoined(room=self.name, participant_id=p.id,
+                          participants=[x.public() for x in self.participants.values()]))
+        for other in others:
+            other.send(RoomParticipantJoined(room=self.name, participant=p.public()))
+        self.reconcile()
+
+    def leave(self, participant_id: str, reason: str | None = None) -> None:
+        p = self.participants.pop(participant_id, None)
+        if p is None:
+            return
+        self._segments.pop(participant_id, None)
+        info = self.transcript.participants.get(participant_id)
+        if info is not None:
+            info["left_at"] = time.time()
+        for other in self.participants.values():
+            other.send(RoomParticipantLeft(room=self.name, participant_id=p.id, name=p.name, reason=reason))
+        self.reconcile()
+        if not self.participants:
+            self.host.ended(self)
+
+    def free_name(self, name: str, participant_id: str) -> str:
+        """``name``, suffixed if another live participant uses it (:func:`~rtc_agent.apps.call.names.unique_name`)."""
+        return unique_name(name, (x.name for x in self.participants.values() if x.id != participant_id))
+
+    def update(self, p: Participant) -> None:
+        info = self.transcript.participants.get(p.id)
+        if info is not None:  # the transcript names people as they are now called and speak
+            info.update(name=p.name, language=p.language)
+        for other in self.participants.values():
+            other.send(RoomParticipantUpdated(room=self.name, participant=p.public()))
+        self.reconcile()
+
+    # --- interpretation pairs ---------------------------------------------------------------------------
+
+    def wanted_pairs(self) -> dict[tuple[str, str], list[Participant]]:
+        """(speaker, target) -> its listeners, for every listener whose listen language differs."""
+        out: dict[tuple[str, str], list[Participant]] = {}
+        for speaker in self.participants.values():
+            if speaker.language == "auto":
+                continue
+            for listener in self.participants.values():
+                if listener is speaker or _base(listener.listen_language) == _base(speaker.language):
+                    continue
+                if not self.host.can_translate(listener.listen_language):
+                    continue
+                out.setdefault((speaker.id, listener.listen_language), []).append(listener)
+        return out
+
+    def reconcile(self) -> None:
+        """Start the pairs that are needed now, stop those that are not, and update who hears each."""
+        wanted = self.wanted_pairs()
+        for key in [k for k in self.pairs if k not in wanted]:
+            self.pairs.pop(key).close()
+        for key, listeners in wanted.items():
+            pair = self.pairs.get(key)
+            if pair is None:
+                speaker = self.participants[key[0]]
+                try:
+                    pair = self.pair_factory(self, speaker, key[1])
+                except AgentError as exc:
+                    log.warning("room %s: no interpretation %s -> %s: %s", self.name, speaker.language, key[1], exc)
+                    continue
+                pair.start()
+                self.pairs[key] = pair
+            pair.set_listeners(listeners)
+
+    def close_pairs(self, speaker_id: str | None = None) -> None:
+        """Stop the pairs of ``speaker_id`` (every pair without one)."""
+        for key in [k for k in self.pairs if speaker_id is None or k[0] == speaker_id]:
+            self.pairs.pop(key).close()
+
+    # --- media and events -------------------------------------------------------------------------------
+
+    def push_audio(self, speaker_id: str, audio: np.ndarray, start_ms: int) -> None:
+        for (sid, _), pair in list(self.pairs.items()):
+            if sid == speaker_id:
+                pair.push_audio(audio, start_ms)
+
+    def room_ms(self, p: Participant, audio_ms: int) -> int:
+        """A position on ``p``'s session clock as ms since the room started."""
+        now_room = int((time.monotonic() - self.created) * 1000)
+        return max(0, now_room - max(0, p.ctx.now_ms() - audio_ms))
+
+    def on_caption(self, speaker: Participant, event: CaptionPartial | CaptionFinal) -> None:
+        segments = self._segments.setdefault(speaker.id, OrderedDict())
+        final = isinstance(event, CaptionFinal)
+        segments[event.segment_id] = (event.audio_start_ms, event.audio_end_ms if final else None)
+        while len(segments) > SEGMENTS_KEPT:
+            segments.popitem(last=False)
+        tagged = event.model_copy(update={"speaker": speaker.tag})
+        for p in self.participants.values():
+            if p.captions or p is speaker:
+                p.send(tagged)
+        if final and event.text.strip():
+            start = self.room_ms(speaker, event.audio_start_ms)
+            end = self.room_ms(speaker, event.audio_end_ms)
+            self.transcript.add(TranscriptLine(
+                segment_id=event.segment_id, participant_id=speaker.id, name=speaker.name,
+                language=event.language or (None if speaker.language == "auto" else speaker.language),
+                text=event.text.strip(), start_ms=start, end_ms=end,
+                at=self.transcript.created_at + start / 1000))
+
+    def segment_at(self, speaker_id: str, audio_ms: int) -> str:
+        """The speaker's caption segment that holds ``audio_ms`` (or the last one that started before it)."""
+        best = None
+        for segment_id, (start, _end) in self._segments.get(speaker_id, {}).items():
+            if start <= audio_ms:
+                best = segment_id
+        return best or f"{speaker_id}_t{audio_ms}"
+
+    def on_translation(self, speaker: Participant, event: CaptionTranslation) -> None:
+        self.transcript.add_translation(speaker.id, event.segment_id, event.language, event.text)
+        self.send_to_language(event.language, event, exclude=speaker.id, captions_only=True)
+
+    def send_to_language(self, language: str, event: ServerEvent, *, exclude: str | None = None,
+                         captions_only: bool = False) -> None:
+        """``event`` to the listeners of ``language`` (only those who want captions, with ``captions_only``)."""
+        for p in self.participants.values():
+            if p.id != exclude and p.listen_language == language and (p.captions or not captions_only):
+                p.send(event)
+
+    def relay_signal(self, sender: Participant, to: str, kind: str, payload: Any) -> None:
+        """Validate and relay one ``room.signal``; raises :class:`AgentError` (sent back as an ``error`` event)."""
+        if not sender.bucket.take():
+            raise RateLimited("too many room.signal messages; slow down", code="signal_rate_limited")
+        target = self.participants.get(to)
+        if target is None or target is sender:
+            raise NotFound(f"no other participant {to!r} in room {self.name!r}", code="unknown_participant")
+        target.send(RoomSignal(to=to, from_=sender.id, kind=kind, payload=relayed_payload(kind, payload)))
+
+    def stats(self) -> dict[str, Any]:
+        return {"room": self.name, "meeting_id": self.meeting_id,
+                "participants": [p.public() for p in self.participants.values()],
+                "interpretation": [pair.stats() for pair in self.pairs.values()]}

@@ -1,0 +1,81 @@
+"""Detecting decoder loops in recognized text, and cutting them out.
+
+Whisper sometimes falls into a loop: it writes one short piece of text again and again ("L.A.D.D.D.D.D.D...",
+"Thank you. Thank you. Thank you. ..."). Two signals find it, as in openai-whisper and faster-whisper:
+
+- :func:`compression_ratio` (gzip): above ``COMPRESSION_RATIO_LIMIT`` (2.4, their threshold) the text repeats
+  itself. It misses short loops: zlib's own overhead keeps the ratio of a 20-character string low.
+- :func:`looping_run`: a unit of 1 to ``MAX_UNIT_CHARS`` characters repeated back to back at least
+  ``max(MIN_REPEATS, ceil(MIN_LOOP_CHARS / unit length))`` times (a one-character unit 12 times, ``"D."`` 6 times,
+  a word or phrase 5 times). Speech that really repeats ("no, no, no, no", "very very very") stays below that.
+
+:meth:`Transcript.without_loop <rtc_agent.engines.asr.base.Transcript.without_loop>` keeps the text before a loop
+and one copy of the looping unit: the last resort of the engine after decoding again did not help.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+COMPRESSION_RATIO_LIMIT = 2.4
+MAX_UNIT_CHARS = 24
+MIN_REPEATS = 5
+MIN_LOOP_CHARS = 12
+
+__all__ = ["COMPRESSION_RATIO_LIMIT", "Loop", "compression_ratio", "is_looping", "looping_run"]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A run of ``repeats`` back-to-back copies of ``text[start:start + unit]`` ending at ``end`` (exclusive)."""
+
+    start: int
+    unit: int
+    end: int
+
+    @property
+    def repeats(self) -> float:
+        return (self.end - self.start) / self.unit
+
+
+def compression_ratio(text: str) -> float:
+    """UTF-8 length over zlib-compressed length (1.0 for empty text)."""
+    data = text.encode()
+    return len(data) / len(zlib.compress(data)) if data else 1.0
+
+
+def _needed_repeats(unit: int) -> int:
+    return max(MIN_REPEATS, math.ceil(MIN_LOOP_CHARS / unit))
+
+
+def looping_run(text: str) -> Loop | None:
+    """The earliest-starting loop in ``text`` (see the module docstring), or None. Cost: O(len(text) *
+    ``MAX_UNIT_CHARS``) character comparisons (a 2,000-character text: a few milliseconds)."""
+    best: Loop | None = None
+    n = len(text)
+    for unit in range(1, min(MAX_UNIT_CHARS, n // 2) + 1):
+        need = (_needed_repeats(unit) - 1) * unit  # characters equal to the one ``unit`` before them
+        run = 0
+        for j in range(n - unit):
+            if text[j] == text[j + unit]:
+                run += 1
+                continue
+            if run >= need:
+                found = Loop(j - run, unit, j + unit)
+                if best is None or found.start < best.start:
+                    best = found
+                break
+            run = 0
+        else:
+            if run >= need:
+                found = Loop(n - unit - run, unit, n)
+                if best is None or found.start < best.start:
+                    best = found
+    return best
+
+
+def is_looping(text: str) -> bool:
+    """True when ``text`` compresses too well or holds a short loop."""
+    return compression_ratio(text) > COMPRESSION_RATIO_LIMIT or looping_run(text) is not None

@@ -1,0 +1,284 @@
+"""One engine's lane through the worker: its bounded queue, the dispatcher that forms batches, the batches
+running in its thread pool, and its counters. See :mod:`rtc_agent.worker.worker` for the contract."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rtc_agent.errors import AtCapacity, EngineError
+from rtc_agent.metrics import Metrics
+from rtc_agent.worker.engine import Engine, EngineSpec
+from rtc_agent.worker.failures import closed_error, engine_failure
+from rtc_agent.worker.leases import EngineLeases
+from rtc_agent.worker.loader import EngineLoader
+from rtc_agent.worker.priority import PriorityGate
+from rtc_agent.worker.request_queue import PendingRequest, RequestQueue
+
+logger = logging.getLogger("rtc_agent.worker")
+
+
+def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate,
+                   name: str) -> tuple[Any, float, float]:
+    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times."""
+    start = time.monotonic()
+    try:
+        with gate.running(name):
+            outcome: Any = engine.run_batch(requests)
+    except Exception as exc:
+        outcome = exc
+    return outcome, start, time.monotonic()
+
+
+class EngineLane:
+    """Everything the worker keeps for one engine, and the scheduling of its calls.
+
+    It owns the engine's thread pool (``concurrency`` threads), shared with its :class:`EngineLoader`
+    (``loader``); ``leases`` are its :class:`EngineLeases`. ``is_closed`` tells whether the worker has closed.
+    The dispatcher task starts lazily on the loop of the first :meth:`call`.
+    """
+
+    def __init__(self, spec: EngineSpec, metrics: Metrics, priority: PriorityGate,
+                 is_closed: Callable[[], bool]) -> None:
+        self.spec = spec
+        self.executor = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=f"engine-{spec.name}")
+        self.loader = EngineLoader(spec, self.executor, priority, is_closed)
+        self.leases = EngineLeases(spec, is_closed)
+        self.queue = RequestQueue(spec.max_queue)
+        self.run_slots = asyncio.Semaphore(spec.concurrency)
+        self.dispatcher: asyncio.Task[None] | None = None
+        self.batches: set[asyncio.Task[None]] = set()
+        self.in_flight = 0
+        # counters
+        self.calls = 0
+        self.errors = 0
+        self.rejected = 0
+        self.timeouts = 0
+        self.batch_count = 0
+        self.batch_items = 0
+        self.queue_delay_total = 0.0
+        self.recent_delays: deque[tuple[float, float]] = deque(maxlen=256)  # (taken at, delay) per request
+        self.run_time_total = 0.0
+        self._metrics = metrics
+        self._priority = priority
+        self._is_closed = is_closed
+
+    def mean_run(self) -> float | None:
+        """Mean seconds a batch ran, None before the first batch."""
+        return self.run_time_total / self.batch_count if self.batch_count else None
+
+    # calls --------------------------------------------------------------------------------------------------
+
+    async def call(self, request: Any, timeout: float | None) -> Any:
+        """Queue ``request``, wait for its result and return it (see :meth:`Worker.call`)."""
+        name = self.spec.name
+        if self._is_closed():
+            raise closed_error(name)
+        loop = asyncio.get_running_loop()
+        pending = PendingRequest(request, loop.create_future(), time.monotonic())
+        if not self.queue.put_nowait(pending):
+            self.rejected += 1
+            raise AtCapacity(
+                f"engine {name!r} is overloaded ({self.spec.max_queue} requests queued)",
+                code="engine_overloaded", retry_after=self._overload_retry_after(),
+            )
+        self.calls += 1
+        self.set_depth()
+        self._ensure_dispatcher()
+        if timeout is None:
+            return await pending.future
+        try:
+            async with asyncio.timeout(timeout):
+                return await pending.future
+        except TimeoutError:
+            self.timeouts += 1
+            self.errors += 1
+            raise EngineError(
+                f"engine {name!r} did not answer within {timeout:.3g} s", code="engine_timeout"
+            ) from None
+
+    def _overload_retry_after(self) -> float:
+        """Seconds until the queue has likely drained: queued batches times the mean batch run time."""
+        mean_run = self.mean_run() or 1.0
+        batches_ahead = len(self.queue) / (self.spec.max_batch * self.spec.concurrency) + 1
+        return round(max(0.1, batches_ahead * mean_run), 2)
+
+    def set_depth(self) -> None:
+        """Publish the live queue depth as the ``engine_queue_depth`` metric."""
+        self._metrics.engine_queue_depth.labels(engine=self.spec.name).set(self.queue.live())
+
+    def _ensure_dispatcher(self) -> None:
+        if self.dispatcher is None or self.dispatcher.done():
+            self.dispatcher = asyncio.get_running_loop().create_task(
+                self._dispatch(), name=f"rtc_agent.worker.dispatch.{self.spec.name}"
+            )
+
+    def fail(self, items: list[PendingRequest], make: Callable[[], EngineError]) -> None:
+        """Fail each request of ``items`` whose caller still waits with a fresh error from ``make``."""
+        for pending in items:
+            if not pending.future.done():
+                pending.future.set_exception(make())
+                self.errors += 1
+
+    def fail_queued(self) -> None:
+        """Fail everything still queued with ``worker_closed``."""
+        name = self.spec.name
+        self.fail(self.queue.drain(), lambda: closed_error(name))
+        self.set_depth()
+
+    # dispatching --------------------------------------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        """The engine's dispatcher: forms batches and starts them, at most ``concurrency`` at once. Never
+        raises except when cancelled (by ``close``), and then fails the requests it was holding."""
+        name = self.spec.name
+        loop = asyncio.get_running_loop()
+        while True:
+            # wait for a free thread first: meanwhile requests pile up in the queue and form a fuller batch
+            await self.run_slots.acquire()
+            batch: list[PendingRequest] = []
+            started = False
+            try:
+                await self._collect(batch)
+                batch = [p for p in batch if not p.future.done()]
+                if batch:
+                    task = loop.create_task(self._run(batch), name=f"rtc_agent.worker.batch.{name}")
+                    self.batches.add(task)
+                    task.add_done_callback(self.batches.discard)
+                    started = True
+            except asyncio.CancelledError:
+                self.fail(batch, lambda: closed_error(name))
+                raise
+            except Exception as exc:  # a bug here must not kill the dispatcher
+                logger.exception("engine %s: dispatcher error", name)
+                self.fail(batch, lambda exc=exc: engine_failure(name, exc))
+            finally:
+                if not started:
+                    self.run_slots.release()
+
+    async def _collect(self, batch: list[PendingRequest]) -> None:
+        """Fill ``batch`` (in place, so a cancelled dispatcher still sees what it took) and make sure the
+        engine is loaded. A failed load fails the batch and everything queued behind it."""
+        spec = self.spec
+        first = await self.queue.get()
+        assert first is not None
+        batch.append(first)
+        if spec.max_batch > 1:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + spec.batch_window_ms / 1000.0
+            while len(batch) < spec.max_batch:
+                nxt = self.queue.get_nowait()
+                if nxt is None:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    nxt = await self.queue.get(remaining)
+                    if nxt is None:
+                        break
+                batch.append(nxt)
+        self.set_depth()
+        if self.loader.engine is None:
+            try:
+                await self.loader.load()
+            except EngineError as exc:
+                items = batch + self.queue.drain()
+                batch.clear()
+                self.fail(items, lambda exc=exc: engine_failure(spec.name, exc))
+                self.set_depth()
+
+    async def _run(self, batch: list[PendingRequest]) -> None:
+        """Run one batch in the engine's thread pool, record metrics and deliver each result to its caller."""
+        name = self.spec.name
+        engine = self.loader.engine
+        assert engine is not None
+        n = len(batch)
+        self.in_flight += n
+        try:
+            outcome, start, end = await asyncio.get_running_loop().run_in_executor(
+                self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, name
+            )
+        except asyncio.CancelledError:
+            self.fail(batch, lambda: closed_error(name))
+            raise
+        except Exception as exc:  # e.g. the executor was shut down
+            self.fail(batch, lambda exc=exc: engine_failure(name, exc))
+            return
+        finally:
+            self.in_flight -= n
+            self.run_slots.release()
+
+        self._record(batch, start, end - start)
+        if isinstance(outcome, BaseException):
+            logger.warning("engine %s: batch of %d failed: %r", name, n, outcome)
+            self.fail(batch, lambda: engine_failure(name, outcome))
+            return
+        if not isinstance(outcome, list | tuple) or len(outcome) != n:
+            got = len(outcome) if isinstance(outcome, list | tuple) else type(outcome).__name__
+            bad = EngineError(f"engine {name!r} returned {got} results for {n} requests", code="engine_error")
+            logger.warning("%s", bad.message)
+            self.fail(batch, lambda: engine_failure(name, bad))
+            return
+        failed = 0
+        for pending, result in zip(batch, outcome, strict=True):
+            if pending.future.done():  # the caller went away (cancelled or timed out)
+                continue
+            if isinstance(result, BaseException):
+                failed += 1
+                self.errors += 1
+                pending.future.set_exception(engine_failure(name, result))
+            else:
+                pending.future.set_result(result)
+        if failed:
+            logger.warning("engine %s: %d of %d requests in a batch failed", name, failed, n)
+
+    def _record(self, batch: list[PendingRequest], start: float, run_time: float) -> None:
+        """Count a batch that ran for ``run_time`` seconds from ``start``, in the counters and the metrics."""
+        self.batch_count += 1
+        self.batch_items += len(batch)
+        self.run_time_total += run_time
+        labels = {"engine": self.spec.name}
+        self._metrics.engine_run_time.labels(**labels).observe(run_time)
+        self._metrics.engine_batch_size.labels(**labels).observe(len(batch))
+        delay_hist = self._metrics.engine_queue_delay.labels(**labels)
+        for pending in batch:
+            delay = max(0.0, start - pending.enqueued)
+            self.queue_delay_total += delay
+            self.recent_delays.append((start, delay))
+            delay_hist.observe(delay)
+
+    # introspection ------------------------------------------------------------------------------------------
+
+    def recent_queue_delay_ms(self, seconds: float) -> float:
+        """The longest time (ms) a request waited in the queue over the last ``seconds``, counting requests
+        still waiting now."""
+        now = time.monotonic()
+        taken = [d for at, d in self.recent_delays if now - at <= seconds]
+        waiting = self.queue.oldest_age(now)
+        return round(1000 * max([*taken, waiting, 0.0]), 3)
+
+    def stats(self) -> dict[str, Any]:
+        """This engine's row of :meth:`Worker.stats`."""
+        batches, items = self.batch_count, self.batch_items
+        return {
+            "loaded": self.loader.engine is not None,
+            "loading": self.loader.loading,
+            "progress": self.loader.progress,
+            "queue_depth": self.queue.live(),
+            "max_queue": self.spec.max_queue,
+            "in_flight": self.in_flight,
+            "leases": self.leases.held,
+            "capacity": self.spec.capacity,
+            "calls": self.calls,
+            "errors": self.errors,
+            "rejected": self.rejected,
+            "timeouts": self.timeouts,
+            "batches": batches,
+            "mean_batch_size": round(items / batches, 3) if batches else 0.0,
+            "mean_queue_delay_ms": round(1000 * self.queue_delay_total / items, 3) if items else 0.0,
+            "mean_run_ms": round(1000 * self.run_time_total / batches, 3) if batches else 0.0,
+        }

@@ -1,0 +1,102 @@
+"""The bounded, single-consumer request queue of one engine: urgent requests first, abandoned ones skipped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class PendingRequest:
+    """One queued request: its payload, the caller's future and when it was queued (``time.monotonic``)."""
+
+    request: Any
+    future: asyncio.Future[Any]
+    enqueued: float
+
+
+class RequestQueue:
+    """A bounded queue of pending requests with a single consumer (the dispatcher): urgent requests (a request
+    whose ``urgent`` attribute is true: a result a person is waiting for, such as a caption's final decode) come
+    out before the others, each kind in arrival order.
+
+    Requests whose caller has gone (future done: cancelled or timed out) are skipped by ``get`` and purged
+    when the queue is full, so abandoned requests never hold queue slots or reach the engine.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._urgent: deque[PendingRequest] = deque()
+        self._items: deque[PendingRequest] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._urgent) + len(self._items)
+
+    def _all(self) -> Iterator[PendingRequest]:
+        yield from self._urgent
+        yield from self._items
+
+    def live(self) -> int:
+        """Requests still waiting for a caller."""
+        return sum(1 for p in self._all() if not p.future.done())
+
+    def oldest_age(self, now: float) -> float:
+        """Seconds the oldest live request has waited (0.0 when none)."""
+        ages = [now - p.enqueued for p in self._all() if not p.future.done()]
+        return max(0.0, max(ages)) if ages else 0.0
+
+    def put_nowait(self, pending: PendingRequest) -> bool:
+        """Queue ``pending``; False when the queue is full of live requests."""
+        if len(self) >= self.maxsize:
+            self._urgent = deque(p for p in self._urgent if not p.future.done())
+            self._items = deque(p for p in self._items if not p.future.done())
+            if len(self) >= self.maxsize:
+                return False
+        (self._urgent if getattr(pending.request, "urgent", False) else self._items).append(pending)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        return True
+
+    def get_nowait(self) -> PendingRequest | None:
+        """The oldest live urgent request, else the oldest live other one, or None."""
+        for items in (self._urgent, self._items):
+            while items:
+                pending = items.popleft()
+                if not pending.future.done():
+                    return pending
+        return None
+
+    async def get(self, timeout: float | None = None) -> PendingRequest | None:
+        """The next live request (see :meth:`get_nowait`), waiting up to ``timeout`` seconds (forever if None);
+        None on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            pending = self.get_nowait()
+            if pending is not None:
+                return pending
+            if deadline is not None and loop.time() >= deadline:
+                return None
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            handle = None
+            if deadline is not None:
+                handle = loop.call_at(deadline, lambda w=waiter: w.done() or w.set_result(None))
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+                if handle is not None:
+                    handle.cancel()
+
+    def drain(self) -> list[PendingRequest]:
+        """Remove and return everything queued."""
+        items = list(self._all())
+        self._urgent.clear()
+        self._items.clear()
+        return items
+

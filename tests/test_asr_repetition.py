@@ -1,0 +1,132 @@
+"""The repetition guard: loop detection on text, and the engine's bounded fallback (scripted decodes; the real
+decoder is exercised in tests/test_asr_long_audio.py and the captions tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.long_audio import DecodedWindow
+from rtc_agent.engines.asr.repetition import compression_ratio, is_looping, looping_run
+from rtc_agent.engines.asr.whisper import FALLBACK_TEMPERATURE, WhisperEngine
+
+LOOPS = [
+    "L.A.D.D.D.D.D.D.D.D",
+    "So we went to the L.A.D.D.D.D.D.D.",
+    "Thank you. " * 6,
+    "aaaaaaaaaaaaaaaaaaaa",
+    "and then and then and then and then and then and then",
+    "The meeting is at nine." + " the" * 12,
+    "Ich bin hier. ja ja ja ja ja ja ja ja",
+]
+SPEECH = [
+    "The meeting starts at nine tomorrow morning, so please bring the budget spreadsheet.",
+    "No, no, no, no, that is not what I meant.",
+    "It was very very very good.",
+    "The population grew from 1,000,000 to 1,200,000 in ten years.",
+    "Visit www.example.com for the details.",
+    "Mississippi is a long river; bookkeeper is a word with three double letters.",
+    "Ha ha ha, that is funny.",
+    "El tren sale a las ocho y llega a Madrid a las diez.",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", LOOPS)
+def test_loops_are_found_even_where_gzip_misses_them(text):
+    assert looping_run(text) is not None and is_looping(text)
+    assert Transcript(text=text, compression_ratio=compression_ratio(text)).looks_repetitive
+
+
+@pytest.mark.parametrize("text", SPEECH)
+def test_ordinary_speech_is_not_a_loop(text):
+    assert looping_run(text) is None and not is_looping(text)
+    assert not Transcript(text=text, compression_ratio=compression_ratio(text)).looks_repetitive
+
+
+def test_short_loops_are_below_the_gzip_threshold():  # why the n-gram check exists
+    assert compression_ratio("L.A.D.D.D.D.D.D.D.D") < 2.4
+
+
+def test_without_loop_keeps_the_words_before_the_loop_and_one_copy_of_it():
+    segments = [Segment(0.0, 1.5, " I went home."), Segment(1.5, 3.0, " D.D.D.D.D.D.D.D.D.D.D.D")]
+    t = Transcript(text="I went home. D.D.D.D.D.D.D.D.D.D.D.D", segments=segments, compression_ratio=3.0)
+    cut = t.without_loop()
+    assert cut.text.startswith("I went home.") and len(cut.text) <= len("I went home. D.D.")
+    assert not cut.looks_repetitive and cut.compression_ratio < 2.4
+    assert cut.segments[0] == segments[0] and "".join(s.text for s in cut.segments).strip() == cut.text
+    clean = Transcript(text="Nothing repeats here.", segments=[Segment(0.0, 1.0, " Nothing repeats here.")])
+    assert clean.without_loop() is clean
+    for text in LOOPS:  # every loop goes, whatever its unit
+        assert not Transcript(text=text).without_loop().looks_repetitive
+
+
+class ScriptedWhisper(WhisperEngine):
+    """``_decode`` answers from a script: per call, the text each request gets (by the request's audio length,
+    so that the requests can be told apart), and every call is recorded."""
+
+    def __init__(self, answers: dict[tuple[int, int], str]) -> None:
+        super().__init__(cache_dir="/nonexistent")
+        self.answers = answers  # (seconds of audio, attempt) -> text; a missing attempt repeats the last one
+        self.calls: list[tuple[float, list[TranscribeRequest]]] = []
+
+    def _decode(self, requests, temperature=0.0):
+        self.calls.append((temperature, list(requests)))
+        out = []
+        for r in requests:
+            seconds = round(r.duration_s)
+            attempt = sum(1 for _, batch in self.calls for q in batch if round(q.duration_s) == seconds) - 1
+            known = [a for (s, a) in self.answers if s == seconds and a <= attempt]
+            text = self.answers[(seconds, max(known))]
+            out.append(DecodedWindow(Transcript(text=text, segments=[Segment(0.0, r.duration_s, " " + text)],
+                                                compression_ratio=compression_ratio(text), audio_s=r.duration_s),
+                                     r.duration_s))
+        return out
+
+
+def _request(seconds: int, **extra) -> TranscribeRequest:
+    return TranscribeRequest(np.zeros(seconds * SAMPLE_RATE, dtype=np.float32), prompt="before", **extra)
+
+
+def test_a_short_window_loop_is_decoded_again_with_the_full_window_first():
+    engine = ScriptedWhisper({(3, 0): "L.A.D.D.D.D.D.D.D.D", (3, 1): "Lad is here.", (5, 0): "Fine words."})
+    out = engine.run_batch([_request(3), _request(5)])
+    assert [t.text for t in out] == ["Lad is here.", "Fine words."]
+    assert len(engine.calls) == 2 and engine.calls[1][0] == 0.0
+    (again,) = engine.calls[1][1]
+    assert again.full_window and again.prompt == "before"  # only the looping request, with the full window
+
+
+def test_a_loop_that_survives_the_full_window_is_sampled_without_the_prompt():
+    engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 2): "Dee is here."})
+    (out,) = engine.run_batch([_request(3)])
+    assert out.text == "Dee is here." and not out.looks_repetitive
+    temperature, (sampled,) = engine.calls[-1]
+    assert temperature == FALLBACK_TEMPERATURE > 0 and sampled.prompt == "" and sampled.full_window
+
+
+def test_the_fallback_is_bounded_and_a_loop_that_stays_is_cut():
+    for loop in LOOPS:
+        engine = ScriptedWhisper({(4, 0): loop, (6, 0): "Nothing wrong here."})
+        out = engine.run_batch([_request(4), _request(6, full_window=True)])
+        assert len(engine.calls) <= 3  # short window, full window, sampled: never more
+        assert sum(1 for _, batch in engine.calls for r in batch if round(r.duration_s) == 6) == 1
+        assert not out[0].looks_repetitive and len(out[0].text) < len(loop.strip())
+        assert out[1].text == "Nothing wrong here."
+
+
+def test_long_audio_windows_each_get_the_guard():
+    engine = ScriptedWhisper({(30, 0): "First window words.", (10, 0): "ja ja ja ja ja ja ja ja ja",
+                              (10, 1): "Second window words."})
+    (out,) = engine.run_batch([_request(40)])
+    assert out.text == "First window words. Second window words."
+    assert [round(r.duration_s) for _, batch in engine.calls for r in batch] == [30, 10, 10]
+
+
+def test_each_batch_leaves_a_service_sample_for_the_running_speed():
+    engine = ScriptedWhisper({(4, 0): "Fine words.", (8, 0): "More fine words."})
+    engine.run_batch([_request(4), _request(8, beam_size=5)])
+    (sample,), cursor = engine.service_log.since(0)
+    assert cursor == 1 and sample.seconds >= 0
+    assert [(shape, round(size)) for shape, size in sample.items] == [("partial", 4), ("final", 8)]
