@@ -34,6 +34,7 @@ from rtc_agent.server.keys import (
     WORKER,
 )
 from rtc_agent.server.registry import SessionRegistry
+from rtc_agent.state import open_store
 from rtc_agent.worker import LoadAdmission, LoopLagMonitor, Worker
 from rtc_agent.worker.default_executor import prestart_default_executor
 
@@ -69,9 +70,12 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
                                    lag_monitor=app[LAG_MONITOR], worker=worker,
                                    running=lambda name=None: running_sessions(app[REGISTRY], name),
                                    capacity=machine_capacity(app, settings, worker, app[REGISTRY]).limit)
-    app[AUTH] = AccessControl(settings, find_session=app[REGISTRY].get, metrics=metrics).install(app)
+    app[ROOMS].pair_capacity = lambda: app[ADMISSION].capacity("interpret")  # speech-route interpretation pairs
+    store = open_store(settings)  # tokens, sign-ins, join links, rate limits: outlive a restart (rtc_agent.state)
+    app[AUTH] = AccessControl(settings, find_session=app[REGISTRY].get, metrics=metrics, store=store).install(app)
+    app.on_cleanup.append(lambda _app: store.close())
     app.on_response_prepare.append(add_cors_headers)
-    log.info("access: %s", exposure)
+    log.info("access: %s; state: %s", exposure, store.url)
     app[STARTED_AT] = time.monotonic()
     app[PRELOADS] = set()
     health.add_routes(app)

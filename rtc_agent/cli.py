@@ -1,4 +1,5 @@
-"""The ``rtc-agent`` command: ``serve`` runs the server, ``bench`` measures it."""
+"""The ``rtc-agent`` command: ``serve`` runs the server, ``check-config`` checks its settings, ``bench``
+measures it."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ BENCHMARKS = {
                                                "offline Whisper translate, model calls saved by VAD"),
     "call": ("rtc_agent.bench.call", "a call room of N peers: caption latency and interpretation lag at the "
                                      "listeners, server CPU per participant, largest real-time room"),
+    "translate": ("rtc_agent.bench.translate", "text translation (mt engine): chrF2 per language pair on the "
+                                               "Asterisk prompts, from text and from Whisper"),
     "flood": ("rtc_agent.bench.flood", "one client floods a message channel: other sessions' captions, loop lag"),
     "soak": ("rtc_agent.bench.soak", "create, stream and close sessions in a loop: server RSS, threads, fds and "
                                      "open sessions at checkpoints"),
@@ -68,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
                             f"[env {ENV_PREFIX}CONFIG]")
     add_arguments(serve)
 
+    check = commands.add_parser(
+        "check-config", help="check the settings serve would use, without starting anything; exit 0 or 1",
+        description="Load the settings exactly as 'serve' does (the same options, TOML file and environment), "
+                    "validate them and apply the exposure rule (no open server on a non-loopback address). "
+                    "Prints the access mode and exits 0, or prints the reason and exits 1. Secrets are never "
+                    "printed.",
+    )
+    check.add_argument("--config", metavar="FILE", default=None, help=f"TOML file [env {ENV_PREFIX}CONFIG]")
+    add_arguments(check)
+
     bench = commands.add_parser("bench", help="measure speed and quality; writes JSON",
                                 description="Benchmarks. Each writes its results as JSON (to --out or stdout).")
     kinds = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
@@ -100,6 +113,21 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_config(args: argparse.Namespace) -> int:
+    """``rtc-agent check-config``: the server's own loading, validation and exposure rule; 0 when it would
+    start, 1 (reason on stderr) when it would refuse."""
+    from rtc_agent.auth import check_exposure
+
+    try:
+        settings = settings_from_args(args)
+        exposure = check_exposure(settings)
+    except SettingsError as exc:
+        print(f"rtc-agent: config error: {exc}", file=sys.stderr)
+        return 1
+    print(f"rtc-agent: config ok: http://{settings.host}:{settings.port}; access: {exposure}")
+    return 0
+
+
 def bench(args: argparse.Namespace) -> int:
     setup_logging("info")
     module = importlib.import_module(args.bench_module)
@@ -116,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "check-config":
+        return check_config(args)
     return bench(args)
 
 

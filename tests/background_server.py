@@ -43,6 +43,7 @@ FUZZ_SETTINGS: dict[str, Any] = {
     "rate_logins_per_minute": 1_000_000,
     "admission_max_loop_lag_ms": 0.0,
     "admission_max_queue_delay_ms": 0.0,
+    "state_url": "memory:",  # a fresh state store per server (no budgets or tokens carried between tests)
 }
 
 

@@ -111,7 +111,7 @@ async def start_server() -> AsyncIterator[Callable[..., Any]]:
     async def start(*, make_worker: Callable[[Settings], Worker] = shared_worker, **overrides: Any) -> RunningServer:
         # Admission by event-loop lag is off by default here: the tests' peers share the server's loop (and the
         # engines load in it), so its lag says little about the server; tests of admission turn it on.
-        defaults = {"preload": [], "admission_max_loop_lag_ms": 0.0}
+        defaults = {"preload": [], "admission_max_loop_lag_ms": 0.0, "state_url": "memory:"}  # fresh per server
         settings = dataclasses.replace(Settings(), host="127.0.0.1", port=free_port(), **{**defaults, **overrides})
         server = await run_server(settings, make_worker(settings))
         runners.append(server.runner)

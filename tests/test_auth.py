@@ -47,31 +47,32 @@ def test_api_keys_are_hashed_and_matched():
     assert KEY not in repr(vars(keys))  # only digests are kept
 
 
-def test_client_tokens_are_single_use_and_expire():
-    store = TokenStore(limit=3)
-    value, token = store.mint("echo", {"delay_s": 0.5}, 60, client="ip:1")
-    assert store.peek(value) is token and store.peek(value) is token  # peeking leaves it usable
-    assert store.consume(value) is token
-    assert store.consume(value) is None and store.peek(value) is None
-    old, token = store.mint("echo", {}, 60, client="ip:1")
-    token.expires_at = time.time() - 1
-    assert store.peek(old) is None and store.consume(old) is None
-    store.mint("echo", {}, 60, client="ip:1")
-    store.mint("echo", {}, 60, client="ip:1")
-    store.mint("echo", {}, 60, client="ip:1")  # the expired one is pruned to make room
+async def test_client_tokens_are_single_use_and_expire():
+    now = [time.time()]
+    store = TokenStore(limit=3, clock=lambda: now[0])
+    value, token = await store.mint("echo", {"delay_s": 0.5}, 60, client="ip:1")
+    assert await store.peek(value) == token and await store.peek(value) == token  # peeking leaves it usable
+    assert await store.consume(value) == token
+    assert await store.consume(value) is None and await store.peek(value) is None
+    old, token = await store.mint("echo", {}, 60, client="ip:1")
+    now[0] += 61
+    assert await store.peek(old) is None and await store.consume(old) is None
+    await store.mint("echo", {}, 60, client="ip:1")
+    await store.mint("echo", {}, 60, client="ip:1")
+    await store.mint("echo", {}, 60, client="ip:1")  # the expired one is pruned to make room
     with pytest.raises(Exception, match="too many live tokens"):
-        store.mint("echo", {}, 60, client="ip:1")
+        await store.mint("echo", {}, 60, client="ip:1")
 
 
-def test_rate_limiter_buckets_per_client():
+async def test_rate_limiter_buckets_per_client():
     now = [0.0]
     limiter = RateLimiter(60, burst=2, clock=lambda: now[0])
-    assert limiter.take("a") is None and limiter.take("a") is None
-    wait = limiter.take("a")
+    assert await limiter.take("a") is None and await limiter.take("a") is None
+    wait = await limiter.take("a")
     assert wait is not None and 0.5 < wait <= 1.0
-    assert limiter.take("b") is None  # another client has its own bucket
+    assert await limiter.take("b") is None  # another client has its own bucket
     now[0] += 1.0
-    assert limiter.take("a") is None
+    assert await limiter.take("a") is None
 
 
 def test_origin_and_host_policy():

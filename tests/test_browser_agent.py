@@ -66,3 +66,35 @@ def test_browser_tool_changes_the_page(tmp_path):
         b.wait_js("spoken answer in the conversation", "[...document.querySelectorAll('.bubble.assistant')]"
                   ".some(x => x.textContent.includes('banner is up'))", 20_000)
         assert not b.page_errors(), b.diagnose("no page errors")
+
+
+def test_a_cancelled_reply_that_said_nothing_is_neither_shown_nor_exported(tmp_path):
+    """Speech over the agent cuts replies before their first word: no empty "cancelled" bubble stays on the page,
+    and the text export has no blank "Agent:" line; a reply cut after some words keeps them and its note."""
+    with serve(tmp_path, "--preload", "vad,asr") as served, chromium_page(served, tmp_path) as b:
+        b.open("/agent")
+        exported = b.page.evaluate("""async () => {
+          const c = window.rtcAgent.client;
+          c._dispatch({type: 'conversation.item.input_audio_transcription.completed', item_id: 'u1',
+                       transcript: 'Tell me a story.'});
+          c._dispatch({type: 'response.created', response: {id: 'r1'}});
+          c._dispatch({type: 'response.done', response: {id: 'r1', status: 'cancelled', output: []}});
+          c._dispatch({type: 'response.created', response: {id: 'r2'}});
+          c._dispatch({type: 'response.output_audio_transcript.delta', response_id: 'r2', item_id: 'a2',
+                       delta: 'Once upon a time '});
+          c._dispatch({type: 'response.done', response: {id: 'r2', status: 'cancelled', output: []}});
+          c._dispatch({type: 'input_audio_buffer.speech_started', audio_start_ms: 9000});
+          const { conversationRecord, conversationText } = await import('/static/js/apps/agent.js');
+          const record = conversationRecord(document.getElementById('conversation'),
+                                            document.getElementById('tool-cards'));
+          return {
+            bubbles: [...document.querySelectorAll('#conversation .bubble')].map(x => x.textContent),
+            text: conversationText(record), items: record.items.length,
+          };
+        }""")
+        assert len(exported["bubbles"]) == 3, exported  # the question, the cut reply, the turn being heard
+        assert "cancelled" in exported["bubbles"][1] and "Once upon a time" in exported["bubbles"][1]
+        lines = exported["text"].strip().splitlines()
+        assert lines == ["You: Tell me a story.", "Agent: Once upon a time"], exported
+        assert exported["items"] == 2
+        assert not b.page_errors(), b.diagnose("no page errors")

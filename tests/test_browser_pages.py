@@ -62,7 +62,7 @@ def test_readiness_is_shown_before_connect_and_clears_when_ready(tmp_path):
         b.page.route("**/health", loading_health)
         b.open("/agent")
         text = b.page.inner_text("#readiness")
-        assert "Loading the language model… 60 %" in text, text
+        assert text == "Loading the language model (60 %): you can connect now, the first answer waits for it.", text
         assert b.page.evaluate("document.body.dataset.readiness") == "loading"
         b.wait_js("readiness clears", "document.body.dataset.readiness === 'ready'", 15_000)
         assert b.page.is_hidden("#readiness")
@@ -72,8 +72,9 @@ def test_readiness_is_shown_before_connect_and_clears_when_ready(tmp_path):
 def test_only_supported_languages_are_offered(tmp_path):
     with serve(tmp_path, *IDLE_SERVER) as served, chromium_page(served, tmp_path) as b:
         b.open("/interpret")
-        targets = b.page.eval_on_selector_all("#target-language option", "os => os.map(o => o.value)")
-        assert targets == ["en"]  # the embedded engine translates into English only
+        targets = b.page.eval_on_selector_all("#target-language option:not(:disabled)", "os => os.map(o => o.value)")
+        listen = b.page.evaluate("window.rtcAgent.config.capabilities.listen")
+        assert set(targets) == {c for c, o in listen.items() if o["text"]}  # only what this server delivers
         assert b.page.evaluate("document.getElementById('target-text').lang") == "en"
         assert b.page.is_visible("#server-setup summary")
         b.page.click("#server-setup summary")

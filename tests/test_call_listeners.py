@@ -36,7 +36,7 @@ def settings() -> Settings:
 
 async def test_a_speaker_who_leaves_frees_its_pipelines(settings):
     registry = RoomRegistry(settings)
-    es, fr = person("es", settings, language="es"), person("fr", settings, language="fr", listen="en")
+    es, fr = person("es", settings, language="es", listen="en"), person("fr", settings, language="fr", listen="en")
     en1, en2 = person("en1", settings), person("en2", settings)
     room = registry.join("r", es)
     for p in (fr, en1, en2):
@@ -61,7 +61,7 @@ async def test_a_speaker_who_leaves_frees_its_pipelines(settings):
 
 async def test_one_translation_per_text_for_every_listener_of_the_language(settings):
     registry = RoomRegistry(settings)
-    es = person("es", settings, language="es")
+    es = person("es", settings, language="es", listen="en")
     listeners = [person(f"en{i}", settings) for i in range(3)]
     room = registry.join("r", es)
     for p in listeners:
@@ -137,15 +137,17 @@ def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
                 _dispatch(b, {"type": "room.participant.joined", "room": "gaps-room", "participant": SOFIA})
                 tile = _sofia(b)
                 assert tile["name"] == "Sofia" and tile["volume"] == 1 and not tile["ducked"], b.diagnose("tile")
-                _dispatch(b, {"type": "translation.chunk", "index": 1, "action": "EMIT", "text": "Good morning",
-                              "audio_start_ms": 0, "audio_end_ms": 900,
-                              "speaker": {"participant_id": "sp_sofia", "name": "Sofia"}})
+                # (only while her interpretation plays: speech.started .. done, see tests/test_browser_listen.py)
+                started = {"type": "translation.speech.started", "utterance_id": "u1", "starts_in_ms": 0,
+                           "speaker": {"participant_id": "sp_sofia", "name": "Sofia"}}
+                _dispatch(b, started)
                 tile = _sofia(b)
                 assert tile["ducked"] and abs(tile["volume"] - 0.15) < 1e-6, b.diagnose(f"ducked: {tile}")
-                # interpretation off on my side: the original voice comes back; on again: ducked again
+                # interpretation off on my side: the original voice comes back; on again: ducked when it speaks again
                 b.page.click("#hear-interpretation")
                 assert _sofia(b)["volume"] == 1, b.diagnose("interpretation off")
                 b.page.click("#hear-interpretation")
+                _dispatch(b, {**started, "utterance_id": "u2"})
                 assert abs(_sofia(b)["volume"] - 0.15) < 1e-6, b.diagnose("interpretation on")
                 # Sofia switches to English: nothing to interpret, her own voice at full volume
                 _dispatch(b, {"type": "room.participant.updated", "room": "gaps-room",

@@ -433,9 +433,17 @@ async def test_speech_plays_in_order_and_catches_up_when_it_lags():
     assert [t for t, _ in synth.texts] == ["first part", "second part"]
     assert synth.texts[0][1] == 1.0 and synth.texts[1][1] > 1.0
     assert len(sink.played) == 2
-    kinds = [(e.action, e.skipped_text) for e in events]
+    kinds = [(e.action, e.skipped_text) for e in events if e.type == "translation.speech.catchup"]
     assert ("speed", "") in kinds and ("skip", "stale part") in kinds
     assert speaker.stats()["skipped"] == 1
+    started = [e for e in events if e.type == "translation.speech.started"]
+    assert [e.text for e in started] == ["first part", "second part"]  # each spoken text is announced once
+    assert started[1].starts_in_ms > 0  # the first was still queued ahead of the second
+    for handle in sink.handles:
+        handle.done.set_result(handle.sent_ms)
+    await asyncio.sleep(0)
+    done = [e for e in events if e.type == "translation.speech.done"]
+    assert [e.utterance_id for e in done] == [e.utterance_id for e in started] and not any(e.cleared for e in done)
 
 
 async def test_live_pipeline_cuts_the_pushed_audio_on_the_grid():

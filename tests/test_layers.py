@@ -24,6 +24,7 @@ FLOORS: list[set[str]] = [
     {"apps"},  # per-session policies (the call app's rooms included)
     {"rtc", "engines"},  # WebRTC glue; model backends
     {"worker", "protocol", "auth"},  # scheduling; the event protocol; who may do what
+    {"state"},  # the state store: tokens, links, counters, room leases, transcripts (memory, SQLite, Redis)
     {"config", "errors"},
     {"redact", "words", "metrics", ""},
 ]

@@ -179,3 +179,21 @@ def test_a_taken_name_is_suffixed_for_everyone_and_in_the_transcript(settings):
     assert app.participant.name == "Cy"  # its own name is not taken by itself
     for pid in list(room.participants):
         room.leave(pid)
+
+
+def test_a_link_from_before_a_restart_restores_its_meeting_but_an_ended_one_stays_ended(settings, clock):
+    registry = RoomRegistry(settings, clock)
+    book = registry.meetings
+    unseen = "mtg_" + "a" * 16  # minted by the previous process: this book never saw it
+    restored = book.restore(unseen, "m", links_until=clock.now + 600)
+    assert restored is not None and restored.id == unseen and restored.state == "pending"
+    assert book.find(unseen) is restored and book.restore(unseen, "m", clock.now + 600) is None  # once
+    room = registry.join("m", person("a", settings))
+    assert room.meeting_id == unseen  # the first participant enters the link's meeting
+    assert book.restore("mtg_" + "b" * 16, "m", clock.now + 600) is None  # the name has another current meeting
+    room.leave("a")
+    clock.now += book.grace_s + SESSION_SETUP_MARGIN_S + 1
+    book.sweep()
+    assert book.find(unseen) is None
+    assert book.restore(unseen, "m", clock.now + 600) is None  # ended here: its links stay refused
+    assert book.restore("not-a-meeting-id", "n", clock.now + 600) is None

@@ -42,3 +42,15 @@ async def test_static_modules_are_served(server):
             assert resp.status == 404
         async with http.get(server.url + "/v1/nope") as resp:
             assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+
+
+async def test_capabilities_say_what_each_listen_language_gets(server):
+    async with aiohttp.ClientSession() as http, http.get(server.url + "/call") as resp:
+        html = await resp.text()
+    match = re.search(r'<script type="application/json" id="client-config">(.*?)</script>', html, re.S)
+    capabilities = json.loads(match.group(1))["capabilities"]
+    assert capabilities["st"]["targets"] and "en" in capabilities["listen"]  # st.targets stays beside listen
+    for language, entry in capabilities["listen"].items():
+        assert set(entry) == {"text", "speech", "engine", "voice", "quality", "reason"}, language
+        assert (entry["reason"] is None) == (entry["text"] and entry["speech"]), language  # a reason for every no
+        assert entry["text"] or not entry["speech"], language

@@ -63,8 +63,9 @@ async def test_client_secret_opens_exactly_one_connection_and_expires(start_serv
     assert_openai_error(body, "invalid_credentials")
 
     short = await api.realtime.client_secrets.create(expires_after={"anchor": "created_at", "seconds": 10})
-    for token in server.app[AUTH].tokens._tokens.values():  # ten seconds later, without waiting for them
-        token.expires_at = time.time() - 1
+    tokens = server.app[AUTH].tokens
+    real_clock = tokens.store.clock
+    tokens.store.clock = lambda: real_clock() + 11  # ten seconds later, without waiting for them
     status, body = await refused(server, Authorization=f"Bearer {short.value}")
     assert status == 401
     assert_openai_error(body, "invalid_credentials")

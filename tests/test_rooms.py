@@ -156,13 +156,16 @@ async def test_one_pipeline_per_speaker_and_language(settings):
     assert room.pairs == {}
     registry.join("r", en1)
     registry.join("r", en2)
-    assert set(room.pairs) == {("es", "en")}  # English speakers need nothing for English listeners...
+    # one pair per speaker and language: English speakers need nothing for English listeners; the Spanish speaker
+    # gets the English speakers by text translation of their finals (speech translation gives English only)
+    assert set(room.pairs) == {("es", "en"), ("en1", "es"), ("en2", "es")}
     pair = room.pairs[("es", "en")]
-    assert set(pair.sink.sinks) == {"en1"}  # ...and only en1 asked to hear the interpretation
+    assert pair.route == "speech" and room.pairs[("en1", "es")].route == "text"
+    assert set(pair.sink.sinks) == {"en1"}  # only en1 asked to hear the interpretation
     auto = person("x", settings, language="auto", listen="es")
     registry.join("r", auto)
-    # embedded engines translate into English only: nobody interprets into Spanish; an auto speaker is not interpreted
-    assert set(room.pairs) == {("es", "en")}
+    # an auto speaker is not interpreted; x joins the Spanish listeners of the pairs there are
+    assert set(room.pairs) == {("es", "en"), ("en1", "es"), ("en2", "es")}
     pair._on_text("Good morning", 0, 1000)
     tr = [e for e in en1.ctx.events if e["type"] == "caption.translation"]
     assert tr and tr[0]["speaker"]["participant_id"] == "es" and tr[0]["language"] == "en"
@@ -231,7 +234,7 @@ async def test_call_config_is_validated(server):
     settings = Settings()
     ok = CallApp.validate_config({"room": "r", "name": " Ann\x00 ", "language": "es"}, settings)
     assert ok == {"room": "r", "name": "Ann", "language": "es", "listen_language": "es", "captions": True,
-                  "interpret": True}
+                  "interpret": True, "listen_speech": True}
     assert CallApp.validate_config({"room": "r"}, settings)["listen_language"] == "en"
     for bad in ({}, {"room": "a b"}, {"room": "r", "language": "xx"}, {"room": "r", "captions": "yes"},
                 {"room": "r", "video": True}):
@@ -281,18 +284,21 @@ async def test_session_update_changes_languages_and_mute_live(settings):
         apps.append(app)
     es, en = apps
     room = es.room
-    assert set(room.pairs) == {("es", "en")}
-    en._update({"listen_language": "es"})  # the English speaker now wants Spanish: nothing to interpret for it
-    assert room.pairs == {} and en.ctx.types()[-2:] == ["session.updated", "room.participant.updated"]
+    assert set(room.pairs) == {("es", "en"), ("en", "es")}
+    en._update({"listen_language": "es"})  # the English speaker now wants Spanish: nobody needs English
+    assert set(room.pairs) == {("en", "es")} and en.ctx.types()[-2:] == ["session.updated", "room.participant.updated"]
     assert es.ctx.events[-1]["type"] == "room.participant.updated"
     assert es.ctx.events[-1]["participant"]["listen_language"] == "es"
-    es._update({"language": "en"})
+    es._update({"language": "en", "listen_language": "en"})
     en._update({"listen_language": "en", "mic_muted": True})
     assert room.pairs == {} and es.ctx.events[-1]["participant"]["mic_muted"] is True
     es._update({"language": "fr"})
     assert set(room.pairs) == {("es", "en")} and room.pairs[("es", "en")].config["source_language"] == "fr"
-    for bad in ({"room": "other"}, {"volume": 3}, {"captions": "no"}, "x"):
+    before = dict(es.config)
+    for bad in ({"room": "other"}, {"volume": 3}, {"captions": "no"}, "x", {"language": "de", "captions": "no"},
+                {"name": "Zed", "listen_language": "xx"}):
         with pytest.raises(AgentError):
             es._update(bad)
+    assert es.config == before and es.participant.language == "fr"  # a refused update changes nothing
     room.leave("es")
     room.leave("en")

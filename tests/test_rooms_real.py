@@ -49,7 +49,8 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
     for engine in ("vad", "asr", "tts"):  # loaded before the speech, as --preload does
         await server.app[WORKER].load(engine)
     room = "real-room"
-    sofia = ClientPeer(server.url, "call", config={"room": room, "name": "Sofia", "language": "es"},
+    sofia = ClientPeer(server.url, "call", config={"room": room, "name": "Sofia", "language": "es",
+                                                   "listen_language": "en"},
                        audio=PcmSourceTrack(spanish48(), 48000, tail="silence"))
     alan = ClientPeer(server.url, "call", config={"room": room, "name": "Alan", "language": "en"},
                       audio=PcmSourceTrack(english48(ALAN), 48000, tail="silence"))
@@ -83,7 +84,7 @@ async def test_three_participants_captions_interpretation_and_leaving(server):
         assert content_share(heard_alan, ALAN_WORDS) >= 0.6 and content_share(heard_bea, BEA_WORDS) >= 0.5, (
             heard_alan, heard_bea)
         assert not [e for e in sofia.events if e["type"] in ("translation.chunk", "caption.translation")]
-        assert rms(sofia.received_audio()) < 0.005  # nobody needs interpreting for Sofia (embedded: into English)
+        assert rms(sofia.received_audio()) < 0.005  # Sofia reads English: nobody needs interpreting for her
 
         async with aiohttp.ClientSession() as http, http.get(f"{server.url}/v1/rooms/{room}/transcript.json") as r:
             transcript = await r.json()

@@ -18,6 +18,7 @@ from rtc_agent.auth.access import client_network
 from rtc_agent.auth.tokens import TokenStore
 from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError, RateLimited
+from rtc_agent.state import MemoryStore
 from tests.test_auth import bearer
 
 KEY, OTHER_KEY = "quota-key-0123456789abcdef", "quota-other-key-0123456789"
@@ -35,69 +36,72 @@ class Clock:
 # ------------------------------------------------------------------ units
 
 
-def test_a_credential_past_its_quota_gets_429_while_others_mint():
+async def test_a_credential_past_its_quota_gets_429_while_others_mint():
     clock = Clock()
     store = TokenStore(limit=100, per_client=2, clock=clock)
-    first, _ = store.mint("echo", {}, 60, client="key:a")
-    store.mint("echo", {}, 120, client="key:a")
+    first, _ = await store.mint("echo", {}, 60, client="key:a")
+    await store.mint("echo", {}, 120, client="key:a")
     with pytest.raises(RateLimited) as refused:
-        store.mint("echo", {}, 60, client="key:a")
+        await store.mint("echo", {}, 60, client="key:a")
     assert refused.value.code == "token_quota_exceeded" and refused.value.status == 429
     assert refused.value.retry_after == 60  # when its first token expires
     with pytest.raises(RateLimited):
-        store.sign_in(60, client="key:a")  # sign-ins count in the same quota
-    store.mint("echo", {}, 60, client="key:b")  # another credential is not affected
-    store.sign_in(60, client="net:10.0.0.0/24")
-    assert store.consume(first) is not None  # a used token frees its place
-    store.mint("echo", {}, 60, client="key:a")
-    clock.now += 61  # the first of a's remaining tokens expires: swept when a is at its quota again
-    store.mint("echo", {}, 60, client="key:a")
-    assert store.most_held() == 2
+        await store.sign_in(60, client="key:a")  # sign-ins count in the same quota
+    await store.mint("echo", {}, 60, client="key:b")  # another credential is not affected
+    await store.sign_in(60, client="net:10.0.0.0/24")
+    assert await store.consume(first) is not None  # a used token frees its place
+    await store.mint("echo", {}, 60, client="key:a")
+    clock.now += 61  # the first of a's remaining tokens expires: its place is free again
+    await store.mint("echo", {}, 60, client="key:a")
+    assert await store.most_held() == 2
     for _ in range(3):  # a mint that names no credential counts in the store's bound only
-        store.mint("room_join", {}, 60, client="", prefix="rj_")
-    assert store.most_held() == 2
+        await store.mint("room_join", {}, 60, client="", prefix="rj_")
+    assert await store.most_held() == 2
 
 
-def test_the_quota_never_exceeds_the_store_and_the_store_still_fills():
+async def test_the_quota_never_exceeds_the_store_and_the_store_still_fills():
     assert TokenStore(limit=3, per_client=500).per_client == 3
     store = TokenStore(limit=3, per_client=2)
-    store.mint("echo", {}, 60, client="a")
-    store.mint("echo", {}, 60, client="b")
-    store.mint("echo", {}, 60, client="c")
+    await store.mint("echo", {}, 60, client="a")
+    await store.mint("echo", {}, 60, client="b")
+    await store.mint("echo", {}, 60, client="c")
     with pytest.raises(AgentError) as full:
-        store.mint("echo", {}, 60, client="d")
+        await store.mint("echo", {}, 60, client="d")
     assert (full.value.status, full.value.code) == (503, "too_many_tokens")
 
 
-def test_sweep_drops_expired_entries_and_counts_by_kind():
+async def test_sweep_drops_expired_entries_and_counts_by_kind():
     clock = Clock()
     store = TokenStore(limit=100, per_client=100, clock=clock)
-    store.mint("echo", {}, 10, client="key:a")
-    store.mint("echo", {}, 100, client="key:a")
-    store.mint("realtime", {}, 10, client="key:a", prefix="ek_")
-    store.mint("room_join", {"room": "r"}, 100, client="key:a", prefix="rj_")
-    cookie = store.sign_in(10, client="net:127.0.0.0/24")
-    assert store.live_counts() == {"client_token": 2, "client_secret": 1, "room_link": 1, "sign_in": 1}
+    await store.mint("echo", {}, 10, client="key:a")
+    await store.mint("echo", {}, 100, client="key:a")
+    await store.mint("realtime", {}, 10, client="key:a", prefix="ek_")
+    await store.mint("room_join", {"room": "r"}, 100, client="key:a", prefix="rj_")
+    cookie = await store.sign_in(10, client="net:127.0.0.0/24")
+    assert await store.live_counts() == {"client_token": 2, "client_secret": 1, "room_link": 1, "sign_in": 1}
     clock.now += 11
-    assert store.live_counts() == {"client_token": 1, "client_secret": 0, "room_link": 1, "sign_in": 0}
-    assert len(store) == 5  # expired, not swept yet
-    assert store.sweep() == 3 and len(store) == 2 and store.most_held() == 2
-    assert not store.signed_in(cookie)
+    assert await store.live_counts() == {"client_token": 1, "client_secret": 0, "room_link": 1, "sign_in": 0}
+    assert await store.count() == 2  # expired entries are gone for every read, swept or not
+    assert await store.sweep() >= 3 and await store.count() == 2 and await store.most_held() == 2
+    assert not await store.signed_in(cookie)
 
 
 async def test_the_sweeper_runs_until_cancelled():
-    control = AccessControl(Settings())
+    clock = Clock()
+    store = MemoryStore(clock=clock)
+    control = AccessControl(Settings(), store=store)
     control.sweep_interval_s = 0.01
     for _ in range(3):
-        _, token = control.tokens.mint("echo", {}, 60, client="key:a")
-        token.expires_at = 0.0
+        await control.tokens.mint("echo", {}, 60, client="key:a")
+    clock.now += 61
     task = asyncio.create_task(control.sweep_forever())
     try:
         for _ in range(500):
-            if not len(control.tokens):
+            if not store._values:
                 break
             await asyncio.sleep(0.01)
-        assert len(control.tokens) == 0
+        assert not store._values and not store._leases  # swept: their space is free
+        assert await control.tokens.count() == 0
     finally:
         task.cancel()
 

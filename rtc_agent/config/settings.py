@@ -49,6 +49,14 @@ class Settings:
         6, "Most participants in one call room (browser-to-browser mesh); one more gets 409 room_full.", "sessions"
     )
     room_transcripts_kept: int = _opt(16, "Transcripts of this many ended meetings stay downloadable.", "sessions")
+    room_max_pairs: int = _opt(
+        12, "Most interpretation pairs (speaker, listen language) one call room runs at once; a listener past it "
+            "gets an error event with code interpretation_unavailable.", "sessions")
+    room_mt_backlog: int = _opt(
+        8, "Caption finals of one call room waiting for text translation; past it the oldest (a muted speaker's "
+           "first) are dropped, announced as translation.speech.catchup with action drop.", "sessions")
+    room_replay_lines: int = _opt(
+        20, "Transcript lines (with translations in their language) a late joiner of a call room gets.", "sessions")
     room_rejoin_grace_s: float = _opt(
         60.0, "An emptied call meeting stays joinable (same meeting, same transcript) this long before it ends.",
         "sessions")
@@ -118,6 +126,18 @@ class Settings:
         "security")
     room_transcript_ttl_s: int = _opt(24 * 3600, "How long an ended meeting's transcript stays readable (by that "
                                                  "meeting's links only), in seconds.", "security")
+    state_url: str = _opt(
+        "sqlite:", "Where the server keeps what must outlive a restart (client tokens, sign-ins, join links, rate "
+                   "limits): sqlite: (a 0600 file in $XDG_STATE_HOME/rtc-agent, else ~/.local/state/rtc-agent), "
+                   "sqlite:///PATH, memory: (this process only) or redis://[:PASSWORD@]HOST:PORT/DB (shared by "
+                   "several servers; the password is masked in logs and /health).", "state")
+    state_sweep_s: float = _opt(30.0, "How often expired entries are dropped from the state store, in seconds.",
+                                "state")
+    state_max_value_bytes: int = _opt(512 * 1024, "Largest value the state store keeps (bytes of its text; a "
+                                                  "client token with its config, at most max_body_bytes); larger "
+                                                  "ones are refused (413 state_limit).", "state")
+    state_max_list_items: int = _opt(20000, "Most items one list in the state store holds (e.g. the lines of one "
+                                            "transcript); appends past it are refused.", "state")
     request_read_timeout_s: float = _opt(
         10.0, "A JSON, SDP or form request body (the sign-in form included, read before its key is checked) not "
               "all read within this many seconds gets 408 request_timeout (uploads: upload_read_timeout_s).",
@@ -205,6 +225,14 @@ class Settings:
     vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")
     vad_min_silence_ms: int = _opt(250, "Silence that ends an utterance, in ms.", "engines")
     vad_min_speech_ms: int = _opt(200, "Shortest speech that counts as an utterance, in ms.", "engines")
+    agent_barge_in_min_ms: int = _opt(300, "Speech over the agent's reply must be loud for this many ms before "
+                                           "it cancels the reply (shorter: echo, breathing; 0-2000; per session: "
+                                           "config barge_in_min_ms).", "engines")
+    agent_barge_in_floor_dbfs: float = _opt(-40.0, "Speech quieter than this (RMS dBFS) never interrupts the "
+                                                   "agent (breathing, room noise; -90 to 0).", "engines")
+    agent_barge_in_margin_db: float = _opt(10.0, "Speech must be this many dB above the input heard while the "
+                                                 "agent speaks (its residual echo, background talk) to interrupt "
+                                                 "it (0-40).", "engines")
     st_engine: str = _opt("embedded", "Speech translation engine: embedded, openai or cascade.", "engines")
     st_url: str = _opt("", "Base URL of an OpenAI-compatible speech-translation server.", "engines")
     st_model: str = _opt("", "Speech-translation model name or path.", "engines")
@@ -243,6 +271,18 @@ class Settings:
     llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
                                       "prompts, bfloat16 for long ones, on CPUs with native bf16; else float32), "
                                       "float32, bfloat16, int8 or int4.", "engines")
+    mt_engine: str = _opt("auto", "Text translation engine: auto (ctranslate2 when mt_model_dir is set, else "
+                                  "openai when mt_url is set, else embedded), embedded (the packaged LLM, a rough "
+                                  "fallback), openai, ctranslate2 or none.", "engines")
+    mt_url: str = _opt("", "Base URL of an OpenAI-compatible chat server that translates text.", "engines")
+    mt_model: str = _opt("", "Text translation model: the remote server's model name (empty = its first), or "
+                             "for embedded a packaged LLM name (empty = llm_model's).", "engines")
+    mt_api_key: str = _opt("", "API key for the remote text translation server.", "engines", secret=True)
+    mt_model_dir: str = _opt("", "A CTranslate2 translation model folder (OPUS-MT/Marian or NLLB, converted with "
+                                 "ct2-transformers-converter) for mt_engine ctranslate2.", "engines")
+    mt_max_chars: int = _opt(2000, "Longest text one translation request may hold (text_too_long above).", "limits")
+    mt_timeout_s: float = _opt(30.0, "Most seconds a remote text translation may stay silent.", "engines")
+    mt_beam: int = _opt(2, "Beam size of the CTranslate2 text translation model (1 = greedy, fastest).", "engines")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "
@@ -252,6 +292,21 @@ class Settings:
     tts_speed: float = _opt(1.0, "Speaking rate (1.0 = the voice's own).", "engines")
     tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
     tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
+    # Speech in the listener's language (engines/tts/languages.py): which engine speaks which language.
+    tts_language: str = _opt("en", "Language (ISO 639-1) of the configured TTS voice: en for the packaged Piper "
+                                   "joe voice and the remote tts_voice.", "engines")
+    tts_voices: list[str] = _opt([], "More languages the remote TTS server speaks, as LANG=VOICE (comma-separated, "
+                                     "e.g. es=nova,fr=echo).", "engines")
+    tts_multilingual: str = _opt("auto", "Speech in the languages the TTS engine does not speak: auto (the packaged "
+                                         "Kokoro voice for es, de, it, pt), kokoro (Kokoro for those even "
+                                         "where the engine speaks them) or off (those languages are text only).",
+                                 "engines")
+    kokoro_voices: list[str] = _opt([], "Kokoro voice per language as LANG=VOICE (jf_alpha, jf_gongitsune, "
+                                        "jf_nezumi, jf_tebukuro, jm_kumo); a language Kokoro reads through espeak-ng "
+                                        "but does not by default (fr, hi) is added this way; empty = the measured "
+                                        "best voices.", "engines")
+    kokoro_threads: int = _opt(0, "CPU threads of the Kokoro voice (0 = auto: half the cores, at least 1).",
+                               "engines")
     vlm_engine: str = _opt("embedded", "Vision engine: embedded (scene describer), transformers, moss, or "
                                        "sglang/openai (remote).", "engines")
     vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")

@@ -25,6 +25,9 @@ def validate(settings: Settings) -> None:
                                 "call; N at least 1)")
     if not 2 <= settings.max_room_participants <= 16 or settings.room_transcripts_kept < 0:
         raise SettingsError("max_room_participants must be 2-16 and room_transcripts_kept at least 0")
+    if not 0 <= settings.room_max_pairs <= 256 or not 1 <= settings.room_mt_backlog <= 256 \
+            or not 0 <= settings.room_replay_lines <= 500:
+        raise SettingsError("room_max_pairs must be 0-256, room_mt_backlog 1-256 and room_replay_lines 0-500")
     if settings.ice_transport_policy not in ("all", "relay"):
         raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
     if not 60 <= settings.turn_ttl_s <= 86400:
@@ -49,6 +52,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("asr_device must be cpu, cuda or auto")
     if not 0.0 < settings.vad_threshold < 1.0:
         raise SettingsError("vad_threshold must be between 0 and 1")
+    if not 0 <= settings.agent_barge_in_min_ms <= 2000 or not -90 <= settings.agent_barge_in_floor_dbfs <= 0 \
+            or not 0 <= settings.agent_barge_in_margin_db <= 40:
+        raise SettingsError("agent_barge_in_min_ms must be 0-2000, agent_barge_in_floor_dbfs -90 to 0 and "
+                            "agent_barge_in_margin_db 0-40")
     if settings.llm_precision not in LLM_PRECISIONS:
         raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
     short = [k for k in settings.api_keys if len(k) < 16]
@@ -72,5 +79,25 @@ def validate(settings: Settings) -> None:
     for name in ("request_read_timeout_s", "channel_messages_per_s", "channel_burst_s", "channel_overload_close_s"):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{name} must be > 0")
+    if not settings.state_url.startswith(("memory:", "sqlite:", "redis://", "rediss://", "unix://")):
+        raise SettingsError("state_url must be memory:, sqlite:, sqlite:///PATH, redis://HOST:PORT[/DB] or "
+                            "rediss://... (got a URL of another kind)")
+    if not 0.1 <= settings.state_sweep_s <= 86400:
+        raise SettingsError("state_sweep_s must be 0.1-86400 seconds")
+    if not 1024 <= settings.state_max_value_bytes <= 64 * 1024 * 1024 or settings.state_max_list_items < 1:
+        raise SettingsError("state_max_value_bytes must be 1024-67108864 and state_max_list_items at least 1")
+    if settings.mt_engine.strip().lower() not in ("auto", "embedded", "openai", "ctranslate2", "none"):
+        raise SettingsError("mt_engine must be auto, embedded, openai, ctranslate2 or none")
+    if not 1 <= settings.mt_max_chars <= 100_000 or not 1 <= settings.mt_timeout_s <= 600 \
+            or not 1 <= settings.mt_beam <= 16:
+        raise SettingsError("mt_max_chars must be 1-100000, mt_timeout_s 1-600 seconds and mt_beam 1-16")
+    if settings.tts_multilingual not in ("auto", "kokoro", "off") or not 0 <= settings.kokoro_threads <= 64:
+        raise SettingsError("tts_multilingual must be auto, kokoro or off, and kokoro_threads 0-64")
+    for name in ("tts_voices", "kokoro_voices"):  # the voice names are checked by engines/tts/languages.py
+        for entry in (p.strip() for e in getattr(settings, name) for p in str(e).split(",")):
+            code, sep, voice = entry.partition("=")
+            if entry and (not sep or not code.strip().isalpha() or not 2 <= len(code.strip()) <= 3
+                          or not voice.strip()):
+                raise SettingsError(f"{name}: {entry!r} is not LANG=VOICE (LANG an ISO 639-1 code such as es)")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")

@@ -15,7 +15,7 @@ this flow: the server learns the browser's addresses from its connectivity check
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import secrets
 from typing import Any
 
@@ -114,13 +114,14 @@ async def create_call(request: web.Request) -> web.StreamResponse:
     registry.check_capacity(principal.client, peer=request.remote)
     app[ADMISSION].check(app_cls.name)  # before any engine work: load, and this app's measured capacity
     token = principal.token
-    # start() uses the secret between its last capacity check and registering the call, with no await between
-    # them: one call per secret, and an offer refused for capacity spends nothing
-    on_admit = functools.partial(app[AUTH].use_token, request) if token is not None else None
-    call = RealtimeCall(app_cls, app_config, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
-                        on_closed=registry.closed, session_id=token.session_id if token is not None
-                        else "rtc_" + secrets.token_hex(12))
-    answer = await registry.start(call, sdp, client=principal.client, peer=request.remote, on_admit=on_admit)
+    # the secret is used up first (atomic in the state store: one call per secret); start() marks it admitted
+    # between its last capacity check and registering the call: an offer refused for capacity gets it back
+    claim: Any = app[AUTH].token_claim(request) if token is not None else contextlib.nullcontext()
+    async with claim as on_admit:
+        call = RealtimeCall(app_cls, app_config, config, settings=settings, worker=app[WORKER],
+                            metrics=app[METRICS], on_closed=registry.closed,
+                            session_id=token.session_id if token is not None else "rtc_" + secrets.token_hex(12))
+        answer = await registry.start(call, sdp, client=principal.client, peer=request.remote, on_admit=on_admit)
     return web.Response(status=201, text=answer, content_type=SDP_TYPE,
                         headers={"Location": f"/v1/realtime/calls/{call.id}", "Cache-Control": "no-store"})
 

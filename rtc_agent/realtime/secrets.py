@@ -65,7 +65,7 @@ async def create_client_secret(request: web.Request) -> web.Response:
         raise RealtimeError("session must be an object", code="invalid_type", param="session")
     config = SessionConfig.new(session.get("type", "realtime"), settings, session, model=session.get("model"))
     serving_app(config, settings)  # a configuration no connection could start with is refused now
-    value, token = control.tokens.mint(REALTIME_TOKEN_APP, {"session": session}, float(ttl),
+    value, token = await control.tokens.mint(REALTIME_TOKEN_APP, {"session": session}, float(ttl),
                                        client=request[PRINCIPAL].client, prefix=CLIENT_SECRET_PREFIX)
     expires_at = int(token.expires_at)
     answer = {"value": value, "expires_at": expires_at, "session": config.render(token.session_id, expires_at)}

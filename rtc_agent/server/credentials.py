@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from aiohttp import web
 
-from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PAGE_COOKIE, PRINCIPAL, client_ip, client_network
+from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PAGE_COOKIE, PRINCIPAL, SIGNED_IN, client_ip, client_network
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.server.http_errors import decode_text, read_body, read_json_object
 from rtc_agent.server.keys import ROOMS, SETTINGS, app_class
@@ -51,7 +51,7 @@ async def create_token(request: web.Request) -> web.Response:
                              code="invalid_ttl")
     if scope is not None:
         ttl = min(float(ttl), join_ttl)  # never outlives the join link
-    value, token = control.tokens.mint(cls.name, config, float(ttl), client=principal.client, scope=scope)
+    value, token = await control.tokens.mint(cls.name, config, float(ttl), client=principal.client, scope=scope)
     return web.json_response(token.public(value), status=201, headers={"Cache-Control": "no-store"})
 
 
@@ -74,7 +74,7 @@ async def login(request: web.Request) -> web.Response:
     control = request.app[AUTH]
     settings = request.app[SETTINGS]
     ip = client_ip(request)
-    control.spend("logins", f"ip:{ip}")
+    await control.spend("logins", f"ip:{ip}")
     if request.content_type != FORM_TYPE:
         raise UnsupportedMediaType(f"POST /login takes {FORM_TYPE}")
     text = decode_text(await read_body(request, MAX_LOGIN_BYTES), "the form")
@@ -89,7 +89,8 @@ async def login(request: web.Request) -> web.Response:
         separator = "&" if "?" in target else "?"
         raise web.HTTPSeeOther(target + separator + urlencode({"signin": "failed"}))
     response = web.HTTPSeeOther(target)
-    response.set_cookie(PAGE_COOKIE, control.tokens.sign_in(settings.page_session_ttl_s, client=client_network(ip)),
+    cookie = await control.tokens.sign_in(settings.page_session_ttl_s, client=client_network(ip))
+    response.set_cookie(PAGE_COOKIE, cookie,
                         max_age=settings.page_session_ttl_s, httponly=True, samesite="Strict", path="/",
                         secure=request.secure)
     raise response
@@ -99,17 +100,17 @@ async def logout(request: web.Request) -> web.Response:
     """``POST /logout``: forget this browser's sign-in."""
     cookie = request.cookies.get(PAGE_COOKIE)
     if cookie:
-        request.app[AUTH].tokens.sign_out(cookie)
+        await request.app[AUTH].tokens.sign_out(cookie)
     response = web.HTTPSeeOther("/")
     response.del_cookie(PAGE_COOKIE, path="/")
     raise response
 
 
 def page_auth(request: web.Request) -> dict[str, Any]:
-    """What a page needs to know: whether sign-in is required and whether this browser is signed in."""
+    """What a page needs to know: whether sign-in is required and whether this browser is signed in (the access
+    middleware read the cookie's sign-in from the state store before the page's handler ran)."""
     control = request.app[AUTH]
-    cookie = request.cookies.get(PAGE_COOKIE)
-    signed_in = bool(cookie) and control.tokens.signed_in(cookie or "")
+    signed_in = request.get(SIGNED_IN, False)
     return {"required": not control.open, "signed_in": signed_in or control.open,
             "signin_failed": request.query.get("signin") == "failed", "now": int(time.time())}
 

@@ -9,8 +9,14 @@ With ``turn_secret`` set, credentials follow the TURN REST API that coturn's ``u
 - ``expiry`` is now + ``turn_ttl_s`` (default 600 s, allowed 60-86400). coturn refuses a username whose expiry
   has passed when a client authenticates a new allocation; an allocation made in time keeps being refreshed
   (coturn keeps the derived key for its session). So the TTL bounds how long a copied credential can open new
-  relays, not how long a call may last; a page that needs a new relay later (an ICE restart) fetches fresh
-  servers first.
+  relays, not how long a call may last; a page that needs a new relay later (an ICE restart, a new mesh peer)
+  fetches fresh servers first.
+
+``GET /v1/ice-servers`` answers :func:`ice_servers_response`: the servers, the browsers' transport policy, and,
+when the TURN credentials expire, ``ttl_s`` and ``expires_at`` (unix seconds) so a page knows when to refresh
+(``static/js/ice-servers.js`` does at 80 % of ``ttl_s``, counted on the page's own clock). A session's holder
+refreshes through ``GET /v1/sessions/{id}/ice-servers`` with its session token: its client token is used up by
+then, and the credentials keep naming the session.
 
 The secret itself never leaves the server. Who may ``GET /v1/ice-servers`` is the route's business (auth).
 """
@@ -29,13 +35,14 @@ from aiortc import RTCIceServer
 
 from rtc_agent.config import Settings
 
-__all__ = ["MAX_TURN_TTL_S", "MIN_TURN_TTL_S", "ice_servers", "new_turn_user", "server_ice_servers",
-           "turn_rest_credentials", "verify_turn_credentials"]
+__all__ = ["MAX_TURN_TTL_S", "MIN_TURN_TTL_S", "REFRESH_AT", "ice_servers", "ice_servers_response", "new_turn_user",
+           "server_ice_servers", "turn_rest_credentials", "verify_turn_credentials"]
 
 MIN_TURN_TTL_S = 60
 MAX_TURN_TTL_S = 86400
 # what may follow "<expiry>:" (no ":" so coturn's separator stays unambiguous; short enough for any log line)
 TURN_USER_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+REFRESH_AT = 0.8  # share of ttl_s after which pages fetch fresh credentials (the rest covers slow fetches, skew)
 
 
 def new_turn_user(prefix: str = "rtc") -> str:
@@ -79,7 +86,7 @@ def verify_turn_credentials(secret: str, username: str, credential: str, now: fl
     return hmac.compare_digest(expected, credential)
 
 
-def ice_servers(settings: Settings, user: str | None = None) -> list[dict[str, Any]]:
+def ice_servers(settings: Settings, user: str | None = None, now: float | None = None) -> list[dict[str, Any]]:
     """ICE servers in the browser's ``RTCIceServer`` shape. With ``turn_secret``, each call mints its own TURN
     credential for ``user`` (a session or client id; ``None``: a fresh random name) valid ``turn_ttl_s`` seconds.
     Without it, the static ``turn_username``/``turn_credential`` (the same for everyone: avoid outside a LAN)."""
@@ -88,7 +95,7 @@ def ice_servers(settings: Settings, user: str | None = None) -> list[dict[str, A
         servers.append({"urls": list(settings.stun_urls)})
     if settings.turn_urls:
         if settings.turn_secret:
-            username, credential = turn_rest_credentials(settings.turn_secret, settings.turn_ttl_s, user)
+            username, credential = turn_rest_credentials(settings.turn_secret, settings.turn_ttl_s, user, now)
         else:
             username, credential = settings.turn_username, settings.turn_credential
         turn: dict[str, Any] = {"urls": list(settings.turn_urls)}
@@ -96,6 +103,20 @@ def ice_servers(settings: Settings, user: str | None = None) -> list[dict[str, A
             turn.update(username=username, credential=credential)
         servers.append(turn)
     return servers
+
+
+def ice_servers_response(settings: Settings, user: str | None = None, now: float | None = None) -> dict[str, Any]:
+    """The body of ``GET /v1/ice-servers``: ``ice_servers`` (as :func:`ice_servers`), ``ice_transport_policy``,
+    ``ttl_s`` and ``expires_at`` (unix seconds; both ``None`` when no credential expires, i.e. without
+    ``turn_secret`` or ``turn_urls``) and ``refresh_after_s`` (when a page should fetch fresh ones)."""
+    now = time.time() if now is None else now
+    expiring = bool(settings.turn_secret and settings.turn_urls)
+    ttl = settings.turn_ttl_s if expiring else None
+    return {"ice_servers": ice_servers(settings, user=user, now=now),
+            "ice_transport_policy": settings.ice_transport_policy,
+            "ttl_s": ttl,
+            "expires_at": int(now + ttl) if ttl else None,
+            "refresh_after_s": int(ttl * REFRESH_AT) if ttl else None}
 
 
 def server_ice_servers(settings: Settings, user: str | None = None) -> list[RTCIceServer]:

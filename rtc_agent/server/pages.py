@@ -64,8 +64,11 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
     only); ``agent.tools``: whether the agent offers its tools by default; ``engines``: ``embedded`` or ``remote``
     per kind with the model; ``setup``: notes for the operator about what a flag would add (shown in a closed
     "Server setup" box, not as instructions to end users); ``capacity``: per app the sessions this machine holds
-    in real time and those running (``server.capacity.capacity_summary``; null when not given or unmeasured).
+    in real time and those running (``server.capacity.capacity_summary``; null when not given or unmeasured);
+    ``listen``: per page language what a call listener gets in it (``apps.interpret.deliverable.listen_options``:
+    ``{text, speech, engine, voice, quality, reason}``; ``reason`` says why not when text or speech is false).
     """
+    from rtc_agent.apps.interpret.deliverable import listen_options
     from rtc_agent.engines import st
     from rtc_agent.engines.llm import EMBEDDED_NAMES
     from rtc_agent.engines.llm.packaged import embedded_model_name, offers_tools_by_default
@@ -104,7 +107,8 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
         setup.append("The speech recognizer is English-only; a multilingual Whisper model recognises other "
                      "languages (--asr-model).")
     return {"asr": {"languages": sources}, "st": {"targets": targets, "sources": sources},
-            "agent": {"tools": tools}, "engines": engines, "setup": setup, "capacity": capacity}
+            "agent": {"tools": tools}, "engines": engines, "setup": setup, "capacity": capacity,
+            "listen": listen_options(settings, PAGE_LANGUAGES)}
 
 
 def render(request: web.Request, page: Page) -> str:

@@ -71,8 +71,9 @@ async def create_room(request: web.Request) -> web.Response:
     registry = request.app[ROOMS]
     meeting = registry.meetings.for_link(room)
     # the link counts against its creator's quota; its holders are limited per link (``link:...`` principals)
-    value, token = control.tokens.mint(ROOM_JOIN_APP, {"room": room}, float(ttl), client=request[PRINCIPAL].client,
-                                       scope={"room": room, "meeting": meeting.id}, prefix="rj_")
+    value, token = await control.tokens.mint(ROOM_JOIN_APP, {"room": room}, float(ttl),
+                                             client=request[PRINCIPAL].client,
+                                             scope={"room": room, "meeting": meeting.id}, prefix="rj_")
     registry.meetings.linked(meeting, float(ttl))
     live = registry.rooms.get(room)
     return web.json_response(
@@ -108,6 +109,8 @@ def exchange_join_token(rooms: RoomRegistry, principal: Principal, app_name: Any
         raise Forbidden("this join token is for another room", code="token_scope")
     book = rooms.meetings
     meeting = book.find(meeting_id) if isinstance(meeting_id, str) else None
+    if meeting is None and isinstance(meeting_id, str) and isinstance(room, str):
+        meeting = book.restore(meeting_id, room, join.expires_at)  # a link from before a restart
     if meeting is None or meeting.name != room:
         raise MeetingEnded(f"the meeting of this join link (room {room!r}) has ended; ask for a new link")
     left = max(1.0, join.expires_at - time.time())

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+import contextlib
 from typing import Any
 
 from aiohttp import web
@@ -15,7 +14,7 @@ from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.offer import check_offer
 from rtc_agent.server.http_errors import decode_text, parse_json, read_body
-from rtc_agent.server.ice import ice_servers
+from rtc_agent.server.ice import ice_servers_response
 from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, ROOMS, SETTINGS, WORKER, app_class
 from rtc_agent.server.session import SESSION_CANDIDATES_FACTOR, Session
 
@@ -77,18 +76,19 @@ async def create_session(request: web.Request) -> web.Response:
         raise Forbidden("this client token admits its holder to another room", code="token_scope")
     config = app_cls.validate_config(config, settings)
     app_cls.admit(config, app[ROOMS])
-    on_admit: Callable[[], None] | None = None
+    claim: Any = contextlib.nullcontext()  # yields no on_admit
     if token is not None:  # a malformed offer gets its 400 here, with the token still valid
         sdp = check_offer(sdp, CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates),
                           max_candidates=settings.max_candidates_per_patch * SESSION_CANDIDATES_FACTOR)
-        # start() uses the token between its last capacity check and registering the session, with no await
-        # between them: one admitted session per token (consume is atomic), and a refused offer spends nothing
-        on_admit = functools.partial(app[AUTH].use_token, request)
-    session_token = new_secret("st_")
-    session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
-                      rooms=app[ROOMS], on_closed=registry.closed, session_id=token.session_id if token else None,
-                      token_hash=secret_hash(session_token))
-    answer = await registry.start(session, sdp, client=principal.client, peer=peer, on_admit=on_admit)
+        # the token is used up first (atomic in the state store: one session per token); start() marks it
+        # admitted between its last capacity check and registering the session: a refused offer gets it back
+        claim = app[AUTH].token_claim(request)
+    async with claim as on_admit:
+        session_token = new_secret("st_")
+        session = Session(app_cls, config, settings=settings, worker=app[WORKER], metrics=app[METRICS],
+                          rooms=app[ROOMS], on_closed=registry.closed,
+                          session_id=token.session_id if token else None, token_hash=secret_hash(session_token))
+        answer = await registry.start(session, sdp, client=principal.client, peer=peer, on_admit=on_admit)
     headers = {"Location": f"/v1/sessions/{session.id}", "X-Session-Token": session_token,
                "Cache-Control": "no-store"}
     if whip:
@@ -161,14 +161,12 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 async def get_ice_servers(request: web.Request) -> web.Response:
-    """``GET /v1/ice-servers``: STUN/TURN for the browser. TURN usernames name the session a client token will
-    create (``expiry:sess_...``), so a TURN allocation can be traced to its session."""
-    settings = request.app[SETTINGS]
+    """``GET /v1/ice-servers`` and ``GET /v1/sessions/{id}/ice-servers`` (fresh credentials for a running
+    session, with its own token): STUN/TURN for the browser (:func:`ice_servers_response`). TURN usernames name
+    the session (``expiry:sess_...``), so a TURN allocation can be traced to its session."""
     token = request[PRINCIPAL].token
-    servers = ice_servers(settings, user=token.session_id) if token is not None else ice_servers(settings)
-    return web.json_response({"ice_servers": servers,
-                              "ice_transport_policy": settings.ice_transport_policy,
-                              "ttl_s": settings.turn_ttl_s if settings.turn_secret else None})
+    user = request.match_info.get("session_id") or (token.session_id if token is not None else None)
+    return web.json_response(ice_servers_response(request.app[SETTINGS], user=user))
 
 
 def add_routes(app: web.Application) -> None:
@@ -178,3 +176,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/sessions/{session_id}", get_session)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
     app.router.add_get("/v1/ice-servers", get_ice_servers)
+    app.router.add_get("/v1/sessions/{session_id}/ice-servers", get_ice_servers)

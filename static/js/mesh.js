@@ -1,3 +1,5 @@
+import { IceRefresher, realClock, rtcConfiguration, selectedPair, turnExpiry } from "./ice-servers.js";
+
 // Mesh: browser-to-browser media for a call room, one RTCPeerConnection per other participant.
 //
 // Signaling goes through the server as `room.signal {to, kind: "offer"|"answer"|"candidate", payload}` on the
@@ -7,8 +9,10 @@
 // polite side rolls back its own. The newcomer starts every connection (it adds its tracks, which fires
 // negotiationneeded); the others create theirs when the first offer arrives.
 //
-// ICE servers: the same STUN/TURN list the server hands out at GET /v1/ice-servers (time-limited TURN
-// credentials), passed in by the caller.
+// ICE servers: the same STUN/TURN list the server hands out at GET /v1/ice-servers, passed in by the caller.
+// Its TURN credentials expire (turn_ttl_s): with `refreshConfig` the mesh keeps them fresh (ice-servers.js:
+// a fetch at 80 % of the TTL, applied to every connection with setConfiguration), fetches fresh ones before
+// it opens a connection with stale ones, and before every ICE restart (a failed connection).
 //
 // Events (an EventTarget): "track" {id, stream}, "state" {id, state}, "close" {id}.
 
@@ -17,16 +21,43 @@ export class Mesh extends EventTarget {
    * @param {object} opts
    * @param {string} opts.selfId                 this participant's id (the server's session id)
    * @param {(to: string, kind: string, payload: any) => void} opts.signal   sends a room.signal
-   * @param {RTCConfiguration} [opts.rtcConfig]  ICE servers and transport policy
+   * @param {object} [opts.rtcConfig]         ICE servers and transport policy (RtcClient.fetchIceServers)
+   * @param {(() => Promise<object>)|null} [opts.refreshConfig]  fetches fresh ICE servers (RtcClient
+   *                                             .refreshIceServers); null: the join-time ones are kept
    * @param {MediaStream|null} [opts.stream]     the local camera + microphone
+   * @param {object} [opts.clock]                {now, setTimeout, clearTimeout}, for tests
    */
-  constructor({ selfId, signal, rtcConfig = {}, stream = null }) {
+  constructor({ selfId, signal, rtcConfig = {}, refreshConfig = null, stream = null, clock = realClock }) {
     super();
     this.selfId = selfId;
     this.signal = signal;
-    this.rtcConfig = rtcConfig;
     this.stream = stream;
     this.peers = new Map(); // id -> {pc, polite, makingOffer, ignoreOffer, stream, pendingCandidates}
+    this.ice = new IceRefresher({ config: rtcConfig, fetchConfig: refreshConfig, clock,
+                                  onConfig: (config) => this._applyConfig(config) }).start();
+  }
+
+  /** The ICE configuration new connections get (the latest fetched). */
+  get rtcConfig() {
+    return this.ice.config;
+  }
+
+  /** Fresh credentials for every open connection: used by their next gathering (a restart, a new m-line). */
+  _applyConfig(config) {
+    for (const [id, { pc }] of this.peers) {
+      try {
+        pc.setConfiguration({ ...pc.getConfiguration(), ...rtcConfiguration(config) });
+      } catch (err) {
+        console.warn(`mesh: new ICE servers for ${id} refused`, err);
+      }
+    }
+  }
+
+  /** Restart ICE to `id` with fresh ICE servers (its connection failed). */
+  async restartIce(id) {
+    await this.ice.refresh(); // applies to every connection, this one included
+    const peer = this.peers.get(id);
+    if (peer) peer.pc.restartIce();
   }
 
   _emit(name, detail) {
@@ -39,7 +70,8 @@ export class Mesh extends EventTarget {
   peer(id, initiator = false) {
     let peer = this.peers.get(id);
     if (peer) return peer;
-    const pc = new RTCPeerConnection(this.rtcConfig);
+    if (this.ice.stale()) this.ice.refresh(); // the offer below waits for it (negotiationneeded)
+    const pc = new RTCPeerConnection(rtcConfiguration(this.ice.config));
     peer = { pc, polite: this.selfId < id, makingOffer: false, ignoreOffer: false, stream: null, pending: [] };
     this.peers.set(id, peer);
     const local = this.stream;
@@ -52,6 +84,7 @@ export class Mesh extends EventTarget {
     pc.addEventListener("negotiationneeded", async () => {
       try {
         peer.makingOffer = true;
+        await this.ice.fresh(); // never gather relay candidates with expired credentials
         await pc.setLocalDescription();
         this.signal(id, "offer", { type: pc.localDescription.type, sdp: pc.localDescription.sdp });
       } catch (err) {
@@ -70,7 +103,7 @@ export class Mesh extends EventTarget {
     });
     pc.addEventListener("connectionstatechange", () => {
       this._emit("state", { id, state: pc.connectionState });
-      if (pc.connectionState === "failed") pc.restartIce();
+      if (pc.connectionState === "failed") this.restartIce(id).catch((err) => console.warn("mesh: restart", err));
     });
     return peer;
   }
@@ -82,6 +115,7 @@ export class Mesh extends EventTarget {
 
   /** A relayed room.signal from participant `from`. */
   async handleSignal(from, kind, payload) {
+    if (kind === "offer" && !this.peers.has(from)) await this.ice.fresh(); // its answer gathers candidates
     const peer = this.peer(from);
     const { pc } = peer;
     try {
@@ -128,7 +162,9 @@ export class Mesh extends EventTarget {
     this._emit("close", { id });
   }
 
+  /** Close every connection and stop refreshing ICE servers (the mesh is done). */
   closeAll() {
+    this.ice.stop();
     for (const id of [...this.peers.keys()]) this.close(id);
   }
 
@@ -137,7 +173,9 @@ export class Mesh extends EventTarget {
     const out = {};
     for (const [id, { pc }] of this.peers) {
       const report = await pc.getStats();
-      const entry = { state: pc.connectionState, framesDecoded: 0, audioEnergy: 0, audioBytes: 0 };
+      const entry = { state: pc.connectionState, framesDecoded: 0, audioEnergy: 0, audioBytes: 0,
+                      ...selectedPair(report), turnExpiry: turnExpiry(pc.getConfiguration()),
+                      iceRefreshes: this.ice.refreshes };
       report.forEach((s) => {
         if (s.type !== "inbound-rtp") return;
         if (s.kind === "video") entry.framesDecoded += s.framesDecoded || 0;

@@ -178,19 +178,31 @@ export function toSrt(cues) {
 const ENGINE_WORDS = { llm: "the language model", asr: "the speech recognizer", tts: "the voice", vad: "the voice detector",
   st: "the translator", vlm: "the vision model" };
 
-/** The readiness line of `app` from /health's (or client_config's) readiness object; null when ready. */
+const sentence = (text) => (/[.!?…]$/.test(text) ? text : `${text}.`);
+
+/** The readiness note of `app` from /health's (or client_config's) readiness object, one sentence per state
+ * (loading, with each engine's load percentage when the server reports one; failed, with its reason); null when
+ * ready. */
 export function readinessText(readiness, app) {
   if (!readiness || !readiness.apps || !readiness.apps[app]) return null;
   const entry = readiness.apps[app];
   if (entry.ready) return null;
-  const parts = (entry.waiting || []).map((name) => {
+  const loading = [];
+  const failed = [];
+  for (const name of entry.waiting || []) {
     const e = (readiness.engines || {})[name] || {};
     const what = ENGINE_WORDS[name] || e.label || name;
-    if (e.state === "failed") return `Loading ${what} failed: ${e.progress || "see the server log"}`;
-    const pct = typeof e.percent === "number" ? ` ${e.percent} %` : "";
-    return `Loading ${what}…${pct}`;
-  });
-  return parts.join(" · ");
+    if (e.state === "failed") failed.push(`${what} (${String(e.progress || "see the server log").replace(/[.\s]+$/, "")})`);
+    else loading.push(typeof e.percent === "number" ? `${what} (${e.percent} %)` : what);
+  }
+  const list = (names) => (names.length > 1 ? `${names.slice(0, -1).join(", ")} and ${names.at(-1)}` : names[0]);
+  const parts = [];
+  if (loading.length) {
+    parts.push(sentence(`Loading ${list(loading)}: you can connect now, the first answer waits for `
+      + `${loading.length > 1 ? "them" : "it"}`));
+  }
+  if (failed.length) parts.push(sentence(`Could not load ${list(failed)}`));
+  return parts.length ? parts.join(" ") : null;
 }
 
 /** Connection quality from RTCPeerConnection.getStats(): loss %, jitter ms, RTT ms, sending bitrate kbit/s. */
@@ -396,7 +408,7 @@ async function main() {
     if (readinessEl) {
       readinessEl.hidden = !text;
       readinessEl.dataset.ready = text ? "false" : "true";
-      readinessEl.textContent = text ? `${text}. You can connect now: the first answer waits for it.` : "";
+      readinessEl.textContent = text || "";
     }
     return !text;
   };

@@ -3,12 +3,19 @@
 // Signaling (DESIGN.md section 3):
 //   POST   /v1/tokens             -> 201 {value, expires_at, app, config}     (a single-use client token; the
 //                                    page's same-origin sign-in cookie or open mode authorises it)
-//   GET    /v1/ice-servers        -> {ice_servers, ice_transport_policy}     (Bearer: the client token)
+//   GET    /v1/ice-servers        -> {ice_servers, ice_transport_policy, ttl_s, expires_at, refresh_after_s}
+//                                    (Bearer: the client token; ttl_s/expires_at null when nothing expires)
+//   GET    /v1/sessions/{id}/ice-servers  the same, fresh, for a running session (its session token): the call
+//                                    page's mesh refreshes its TURN credentials with it (ice-servers.js)
 //   POST   /v1/sessions           -> 201 {session_id, session_token, sdp, type: "answer"}   (Bearer: the client
 //                                    token; the offer is sent before ICE gathering ends)
 //   PATCH  /v1/sessions/{id}      trickle ICE candidates, then {candidates: [], end_of_candidates: true}
 //   DELETE /v1/sessions/{id}      on disconnect and on page unload (fetch keepalive)
 //   (PATCH and DELETE carry the session's own token: Authorization: Bearer <session_token>.)
+//
+// Relay-only ICE for debugging TURN: the page URL's `?ice=relay` (or the `forceRelay` option) makes every
+// connection relay-only whatever the server's ice_transport_policy says (it only narrows the choice). The
+// server's own session connection is not restarted (aiortc has no ICE restart): a failed one ends the session.
 //
 // A 503 with Retry-After (the server is at capacity) is retried on its own, up to `maxRetries` times.
 //
@@ -16,6 +23,13 @@
 // dispatched to listeners registered with `client.on(type, fn)`; `client.on("*", fn)` sees every event.
 // Lifecycle notifications (state changes, remote tracks, RTT, errors) are DOM events on the client itself
 // (it is an EventTarget): "statechange", "track", "rtt", "error", "sent", "received".
+
+import { rtcConfiguration } from "./ice-servers.js";
+
+/** The page URL asks for relay-only ICE (`?ice=relay`), for debugging TURN. */
+export function relayRequestedByPage() {
+  return typeof location !== "undefined" && new URLSearchParams(location.search).get("ice") === "relay";
+}
 
 export const STATES = Object.freeze(["idle", "connecting", "connected", "disconnected", "failed"]);
 
@@ -70,10 +84,12 @@ export class RtcClient extends EventTarget {
    * @param {number} [opts.heartbeatIntervalMs]
    * @param {object} [opts.sessionConfig]      sent as `config` in the offer
    * @param {number} [opts.connectTimeoutMs]   give up when not connected after this long
+   * @param {boolean} [opts.forceRelay]        relay-only ICE (default: the page URL has ?ice=relay)
    */
   constructor({ app, baseUrl = "", heartbeatIntervalMs = 2000, sessionConfig = {}, connectTimeoutMs = 30000,
-                maxRetries = 3 } = {}) {
+                maxRetries = 3, forceRelay = relayRequestedByPage() } = {}) {
     super();
+    this.forceRelay = Boolean(forceRelay);
     this.maxRetries = maxRetries;
     this.sessionToken = null;
     this.endReason = null; // {reason, message} of session.ended
@@ -208,11 +224,24 @@ export class RtcClient extends EventTarget {
     return (await res.json()).value;
   }
 
-  async fetchIceServers(token) {
+  /** ICE servers for a new connection: {iceServers, iceTransportPolicy, ttlS, expiresAt (ms), refreshAfterS,
+   * receivedAt (ms)} (ice-servers.js). `token`: a client or join token; none: the page sign-in or open mode. */
+  fetchIceServers(token) {
+    return this._fetchIceConfig("/v1/ice-servers", token);
+  }
+
+  /** Fresh ICE servers while a session runs (its own token, so they outlive the used-up client token);
+   * before the session exists, the same as fetchIceServers() with the page's sign-in. */
+  refreshIceServers() {
+    if (!this.sessionId || !this.sessionToken) return this.fetchIceServers(null);
+    return this._fetchIceConfig(`/v1/sessions/${encodeURIComponent(this.sessionId)}/ice-servers`, this.sessionToken);
+  }
+
+  async _fetchIceConfig(path, token) {
     const headers = { Accept: "application/json" };
     if (token) headers.Authorization = `Bearer ${token}`;
-    const res = await fetch(this._url("/v1/ice-servers"), { headers });
-    if (!res.ok) throw await errorFromResponse(res, "GET /v1/ice-servers");
+    const res = await fetch(this._url(path), { headers });
+    if (!res.ok) throw await errorFromResponse(res, `GET ${path.replace(/sess_[^/]+/, "{id}")}`);
     const body = await res.json();
     const iceServers = (body.ice_servers || []).map((s) => {
       const server = { urls: s.urls };
@@ -220,7 +249,15 @@ export class RtcClient extends EventTarget {
       if (s.credential !== undefined && s.credential !== null) server.credential = s.credential;
       return server;
     });
-    return { iceServers, iceTransportPolicy: body.ice_transport_policy === "relay" ? "relay" : "all" };
+    const relay = this.forceRelay || body.ice_transport_policy === "relay";
+    return {
+      iceServers,
+      iceTransportPolicy: relay ? "relay" : "all",
+      ttlS: typeof body.ttl_s === "number" ? body.ttl_s : null,
+      expiresAt: typeof body.expires_at === "number" ? body.expires_at * 1000 : null,
+      refreshAfterS: typeof body.refresh_after_s === "number" ? body.refresh_after_s : null,
+      receivedAt: Date.now(),
+    };
   }
 
   // ---------------------------------------------------------------- connect
@@ -262,9 +299,9 @@ export class RtcClient extends EventTarget {
     try {
       const token = await this.fetchClientToken();
       if (generation !== this._generation) return;
-      let rtcConfig = { iceServers: [], iceTransportPolicy: "all" };
+      let rtcConfig = { iceServers: [], iceTransportPolicy: this.forceRelay ? "relay" : "all" };
       try {
-        rtcConfig = await this.fetchIceServers(token);
+        rtcConfig = rtcConfiguration(await this.fetchIceServers(token));
       } catch (err) {
         // Without ICE servers host candidates still work on a LAN; say so and go on.
         this._emit("log", { level: "warn", message: `ICE servers unavailable: ${err.message}` });

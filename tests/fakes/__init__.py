@@ -10,11 +10,12 @@ subclass of the shared fake.
 from tests.fakes.asr import ScriptedASR, transcript_of
 from tests.fakes.context import ScriptedAppContext
 from tests.fakes.llm import ScriptedChat
+from tests.fakes.mt import ScriptedMT
 from tests.fakes.st import ScriptedTranslator
 from tests.fakes.tts import ScriptedTTS
 from tests.fakes.vad import ScriptedVAD, loud_above
 from tests.fakes.vlm import ScriptedVLM
 from tests.fakes.worker import ScriptedWorker, register
 
-__all__ = ["ScriptedASR", "ScriptedAppContext", "ScriptedChat", "ScriptedTTS", "ScriptedTranslator", "ScriptedVAD",
-           "ScriptedVLM", "ScriptedWorker", "loud_above", "register", "transcript_of"]
+__all__ = ["ScriptedASR", "ScriptedAppContext", "ScriptedChat", "ScriptedMT", "ScriptedTTS", "ScriptedTranslator",
+           "ScriptedVAD", "ScriptedVLM", "ScriptedWorker", "loud_above", "register", "transcript_of"]

@@ -9,9 +9,11 @@ silence + ASR + LLM + TTS. With ``turn_detection: "manual"`` there is no VAD: th
 without a response. ``session.update`` is applied here; the other client events are handled by a
 :class:`~rtc_agent.apps.agent.client_events.ClientEventHandler`.
 
-Barge-in: while the agent is audible (past a grace window after its audio started, against echo of its own
-voice), the first loud VAD window pauses playback within one frame. If the speech lasts the minimum speech
-duration, the response is cancelled and its item truncated to what was played; if it was only a cough, playback
+Barge-in (:class:`~rtc_agent.apps.agent.interruption.Interruptions`): while the agent is audible (past a grace
+window after its audio started), the first loud sign of the user's voice pauses playback within one frame. Speech
+over a reply becomes a turn, cancelling the reply and truncating its item to what was played, only once it has
+been loud (above the echo-cancelled input's echo and breathing floor, :class:`BargeInGate`) for
+``barge_in_min_ms``; shorter or quieter speech (the agent's own echo, breathing, the room) is dropped and playback
 resumes where it paused. ``barge_in: false`` turns both off (the user's turn still ends a response that is over).
 """
 
@@ -23,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.apps.agent.barge_in import BargeInGate
 from rtc_agent.apps.agent.browser_calls import PendingBrowserCalls
 from rtc_agent.apps.agent.builtin_tools import register_builtins
 from rtc_agent.apps.agent.client_events import ClientEventHandler
 from rtc_agent.apps.agent.config import LIVE_KEYS, validate_agent_config
 from rtc_agent.apps.agent.conversation import Conversation, Item, new_item_id
+from rtc_agent.apps.agent.interruption import Interruptions
 from rtc_agent.apps.agent.onset import LoudnessOnset
 from rtc_agent.apps.agent.responder import Responder, ResponseOptions
 from rtc_agent.apps.agent.spoken_items import SpokenItems
@@ -55,9 +59,6 @@ from rtc_agent.protocol.events import (
 
 RING_SECONDS = 60  # the longest turn (or uncommitted input buffer) kept for recognition
 SPOKEN_ITEMS = 32  # assistant items whose clause timings are kept for conversation.item.truncate
-# Holding playback is cheap to undo, so it triggers on weaker evidence than the start of a turn: a VAD window
-# above PAUSE_THRESHOLD, or 10 ms louder than -35 dBFS (LoudnessOnset, before the VAD has a whole window).
-PAUSE_THRESHOLD = 0.3
 
 
 class Turn:
@@ -97,7 +98,6 @@ class AgentApp(App):
         self._turn_start_ms: int | None = None
         self._user_item_id: str | None = None
         self._pending_turn: Turn | None = None  # transcribed at a pause, awaiting the end of the turn
-        self._paused_at: int | None = None  # tentative barge-in: playback held since this window
         self.buffer_start_ms = 0  # the input audio not yet part of a turn or a commit starts here
         self.spoken = SpokenItems(SPOKEN_ITEMS)
         self.client_events = ClientEventHandler(self)
@@ -105,7 +105,11 @@ class AgentApp(App):
         self.vision = (VisionCommentary(ctx, ctx.worker, "vlm", validate_commentary_config(
             vision if isinstance(vision, dict) else None, ctx.settings)) if vision is not False else None)
         self.counts = {"turns": 0, "responses": 0, "barge_ins": 0, "false_barge_ins": 0, "preemptive_used": 0,
-                       "preemptive_dropped": 0}
+                       "preemptive_dropped": 0, "tool_guard_retries": 0}
+        s = ctx.settings
+        self.interruptions = Interruptions(self, ctx.speech, BargeInGate(
+            min_ms=config["barge_in_min_ms"], floor_dbfs=s.agent_barge_in_floor_dbfs,
+            margin_db=s.agent_barge_in_margin_db))
 
     # --- configuration ---
 
@@ -136,9 +140,11 @@ class AgentApp(App):
         self.segmenter.neg_threshold = max(0.01, config["vad_threshold"] - 0.15)
         self.segmenter.min_silence_ms = config["min_silence_ms"]
         self.segmenter.min_speech_ms = config["min_speech_ms"]
+        self.interruptions.gate.min_ms = config["barge_in_min_ms"]
         if was_manual != (config["turn_detection"] == "manual"):
             self._drop_pending_turn()
             self._turn_start_ms = None
+            self.interruptions.contest = None
             self.segmenter.flush(self.ring.end_ms)
 
     def _update_session(self, session: dict[str, Any]) -> None:
@@ -184,8 +190,10 @@ class AgentApp(App):
         if self.config["turn_detection"] == "manual":
             return  # the client commits its turns
         self.vad.push(audio, start_ms)
+        self.interruptions.hear(audio, start_ms)
         if self.onset.feed(audio):
-            self._maybe_pause(1.0, start_ms)
+            self.interruptions.maybe_pause(1.0, start_ms)
+        self._settle_contest()
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
         if self.vision is not None:
@@ -194,7 +202,7 @@ class AgentApp(App):
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         if self.config["turn_detection"] == "manual":
             return
-        self._maybe_pause(prob, start_ms)
+        self.interruptions.maybe_pause(prob, start_ms)
         for event in self.segmenter.feed(prob, start_ms, end_ms):
             if event.kind == "start":
                 self._speech_started(event.ms)
@@ -204,44 +212,44 @@ class AgentApp(App):
                 self._drop_pending_turn()
             else:
                 self._speech_ended(event.ms)
-        if (self._paused_at is not None and not self.segmenter.in_speech
-                and end_ms - self._paused_at > self.config["min_speech_ms"] + 200):
-            self._paused_at = None  # a cough or a click, not speech: carry on talking
-            self.counts["false_barge_ins"] += 1
-            if self.ctx.speech is not None:
-                self.ctx.speech.resume()
-
-    def _maybe_pause(self, prob: float, start_ms: int) -> None:
-        """Tentative barge-in: hold the agent's audio at the first loud window while it is audible."""
-        r = self.responder
-        if (self._paused_at is not None or not self.config["barge_in"] or prob < PAUSE_THRESHOLD
-                or r is None or not r.audible or r.played_ms < self.config["barge_in_grace_ms"]
-                or self.ctx.speech is None):
-            return
-        self._paused_at = start_ms
-        self.ctx.speech.pause()
+        self._settle_contest()
+        self.interruptions.after_window(end_ms, self.segmenter.in_speech)
 
     def _speech_started(self, ms: int) -> None:
         self._turn_start_ms = ms
         self._user_item_id = new_item_id()
         self._drop_pending_turn()
-        if (self.config["barge_in"] and self.responder is not None
-                and (self.responder.playing or not self._response_done())):
-            self.counts["barge_ins"] += 1
-            self.cancel_response()
-        elif self._paused_at is not None and self.ctx.speech is not None:
-            self.ctx.speech.resume()
-        self._paused_at = None
+        if not self.interruptions.contests(ms):
+            self._open_turn(ms, interrupt=False)
+
+    def _settle_contest(self) -> None:
+        """Speech over a reply that has now earned its turn (or outlived the reply) opens it."""
+        verdict = self.interruptions.decide()
+        if verdict is not None and self._turn_start_ms is not None:
+            self._open_turn(self._turn_start_ms, interrupt=verdict == "interrupt")
+
+    def _open_turn(self, ms: int, *, interrupt: bool) -> None:
         self.ctx.emit(SpeechStarted(audio_start_ms=ms, item_id=self._user_item_id))
+        if interrupt:
+            self.counts["barge_ins"] += 1
+            self.interruptions.paused_at = None
+            self.cancel_response()
+        else:
+            self.interruptions.resume(false_alarm=False)
 
     def _speech_paused(self, ms: int) -> None:
-        if not self.config["preemptive"] or self._turn_start_ms is None:
+        if not self.config["preemptive"] or self._turn_start_ms is None or self.interruptions.contest is not None:
             return
         self._drop_pending_turn()
         self._pending_turn = self._start_turn(ms, held=True)
 
     def _speech_ended(self, ms: int) -> None:
         if self._turn_start_ms is None:
+            return
+        if self.interruptions.contest is not None:  # echo, breathing or the room: never a turn
+            self.interruptions.drop()
+            self._turn_start_ms = None
+            self.buffer_start_ms = max(self.buffer_start_ms, self.ring.end_ms)
             return
         self.ctx.emit(SpeechStopped(audio_end_ms=ms, item_id=self._user_item_id))
         self.buffer_start_ms = max(self.buffer_start_ms, self.ring.end_ms)
@@ -338,6 +346,7 @@ class AgentApp(App):
         finally:
             for item in responder.items if keep else ():
                 self.conversation.add(item)
+            self.counts["tool_guard_retries"] += len(responder.guard_retries)
             self.spoken.remember(responder.clauses)
             for key, value in responder.timings.items():
                 if value is not None:

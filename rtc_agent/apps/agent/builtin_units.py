@@ -11,7 +11,7 @@ from typing import Any
 from rtc_agent.apps.agent.builtin_arithmetic import decimal_text
 from rtc_agent.apps.agent.tool import ToolError
 
-__all__ = ["CONVERT_UNITS_SCHEMA", "convert_units"]
+__all__ = ["CONVERT_UNITS_SCHEMA", "convert_units", "unit_aliases"]
 
 
 CONVERT_UNITS_SCHEMA: dict[str, Any] = {
@@ -137,6 +137,11 @@ def _lookup_unit(text: str) -> _Unit:
         if candidate in _UNITS:
             return _UNITS[candidate]
     raise ToolError(f"unknown unit {text!r}; known units: {_known_units()}")
+
+
+def unit_aliases() -> list[str]:
+    """Every unit name and alias ``convert_units`` knows, lower-cased (``km``, ``kilometres``, ``°f``, ...)."""
+    return list(_UNITS)
 
 
 @functools.cache

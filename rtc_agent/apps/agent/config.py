@@ -3,7 +3,8 @@
 Keys (:data:`DEFAULTS`): ``instructions`` (system prompt, at most ``max_instructions_chars``), ``language``,
 ``tools`` (``"auto"``, true or false: whether the model is offered tools), ``max_tokens``, ``temperature``,
 ``max_tool_rounds``, ``filler`` (said while a tool runs, at most ``max_text_field_chars``), ``vad_threshold``,
-``min_silence_ms``, ``min_speech_ms``, ``barge_in``, ``barge_in_grace_ms``, ``preemptive`` and ``vision`` (false,
+``min_silence_ms``, ``min_speech_ms``, ``barge_in``, ``barge_in_grace_ms``, ``barge_in_min_ms`` (loud speech
+over a reply that cancels it; default: the server's ``agent_barge_in_min_ms``), ``preemptive`` and ``vision`` (false,
 true or visual-commentary options, see :func:`~rtc_agent.apps.vision_commentary.validate_commentary_config`).
 
 Turn and reply options (the OpenAI Realtime adapter sets them; a page may too): ``turn_detection`` (``"vad"``: the
@@ -13,7 +14,9 @@ server finds turns; ``"manual"``: the client commits its audio with ``input_audi
 (``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function", "name"}``), ``browser_tool_calls``
 (``"wait"``: the response waits for the page's ``function_call_output`` and goes on; ``"end_response"``: the
 response ends at the call, as in OpenAI Realtime, and the client answers with the output item and
-``response.create``), ``voice`` (the TTS voice; None: the engine's) and ``speed`` (0.25-4.0).
+``response.create``), ``voice`` (the TTS voice; None: the engine's), ``speed`` (0.25-4.0) and ``tool_guard``
+(true: an answer that states what a declared built-in tool gives, without calling it, is discarded and asked
+again with the tool forced; see :mod:`rtc_agent.apps.agent.tool_guard`).
 
 Errors are :class:`~rtc_agent.errors.InvalidRequest`: ``invalid_config`` for an unknown key or a bad value,
 ``config_too_large`` for text over its cap (checked first, see :mod:`rtc_agent.apps.limits`).
@@ -48,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "min_speech_ms": 250,
     "barge_in": True,
     "barge_in_grace_ms": 300,
+    "barge_in_min_ms": 300,  # the server's agent_barge_in_min_ms unless given
     "preemptive": True,
     "vision": False,  # true or commentary options: visual commentary of the camera track (vision.* events)
     "turn_detection": "vad",
@@ -58,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "browser_tool_calls": "wait",
     "voice": None,
     "speed": 1.0,
+    "tool_guard": True,  # a time, sum or conversion a built-in tool gives is never answered without calling it
 }
 #: Keys a ``session.update`` may change during a session (``session.config``); the rest are fixed at the start.
 LIVE_KEYS = frozenset(DEFAULTS) - {"vision", "preemptive", "instructions"}  # instructions: session.instructions
@@ -82,7 +87,8 @@ def validate_agent_config(config: dict[str, Any], settings: Any) -> dict[str, An
     limits = TextLimits.from_settings(settings)
     limits.instructions("agent config instructions", config.get("instructions"))
     limits.text("agent config filler", config.get("filler"))
-    out = {**DEFAULTS, "vad_threshold": settings.vad_threshold, **config}
+    out = {**DEFAULTS, "vad_threshold": settings.vad_threshold,
+           "barge_in_min_ms": getattr(settings, "agent_barge_in_min_ms", DEFAULTS["barge_in_min_ms"]), **config}
     if settings.asr_language != "auto" and "language" not in config:
         out["language"] = settings.asr_language
     out["language"] = check_language(out["language"])
@@ -95,7 +101,9 @@ def validate_agent_config(config: dict[str, Any], settings: Any) -> dict[str, An
     _check(out, "min_speech_ms", (int,), 0, 2000)
     _check(out, "barge_in", (bool,))
     _check(out, "barge_in_grace_ms", (int,), 0, 5000)
+    _check(out, "barge_in_min_ms", (int,), 0, 2000)
     _check(out, "preemptive", (bool,))
+    _check(out, "tool_guard", (bool,))
     if out["temperature"] is not None:
         _check(out, "temperature", (int, float), 0, 2)
     if not isinstance(out["vision"], bool | dict):

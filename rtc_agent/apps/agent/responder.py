@@ -11,6 +11,11 @@ TTS); ``end_on_browser_call`` ends the response at a browser tool call instead o
 client answers with a ``function_call_output`` item and a new ``response.create``). Response objects carry
 ``output_modalities``, ``metadata`` and ``usage`` (token counts as the LLM reported them).
 
+Tool guard (``tool_guard``, on in the agent app): when the user's turn asks for what a declared built-in tool
+answers (its ``asked_by`` matcher, see :mod:`rtc_agent.apps.agent.tool_guard`), the first round's text is held
+back until the round ends; if the model answered without calling that tool, the answer is discarded unspoken and
+unshown and the model is asked once more with ``tool_choice`` forced to the tool (``guard_retries`` names them).
+
 A responder may start *held* (preemptive generation while the end of the user's turn is not yet confirmed): it
 generates and synthesizes but emits nothing and plays nothing until :meth:`release`. :meth:`interrupt`
 (barge-in) stops it and reports the assistant text actually heard.
@@ -34,6 +39,7 @@ from rtc_agent.apps.agent.conversation import Item, new_item_id
 from rtc_agent.apps.agent.reply_items import ParsedToolCall, SpokenText, ToolCallParseError
 from rtc_agent.apps.agent.reply_parser import ReplyParser
 from rtc_agent.apps.agent.tool import ToolResult
+from rtc_agent.apps.agent.tool_guard.guard import forced_choice, guarded_tool
 from rtc_agent.apps.agent.tool_registry import ToolRegistry
 from rtc_agent.engines.llm.messages import ChatRequest
 from rtc_agent.engines.tts.base import Synthesis
@@ -74,6 +80,7 @@ class ResponseOptions:
     speed: float = 1.0
     voice: str | None = None
     metadata: dict[str, Any] | None = None
+    tool_guard: bool = False  # see the module docstring; the agent app turns it on (config "tool_guard")
 
     @classmethod
     def from_config(cls, config: dict[str, Any], *, offer_tools: bool) -> ResponseOptions:
@@ -85,7 +92,8 @@ class ResponseOptions:
                    offer_tools=offer_tools and choice != "none",
                    tool_choice=None if choice in ("auto", "none") else choice, audio=config["output"] == "audio",
                    end_on_browser_call=config["browser_tool_calls"] == "end_response",
-                   speed=config["speed"], voice=config["voice"], metadata=config.get("metadata"))
+                   speed=config["speed"], voice=config["voice"], metadata=config.get("metadata"),
+                   tool_guard=config.get("tool_guard", True))
 
 
 class Responder:
@@ -114,6 +122,7 @@ class Responder:
         self.started = time.monotonic()
         self.timings: dict[str, float | None] = {"llm_first_token_ms": None, "tts_first_audio_ms": None}
         self.usage = {"input_tokens": 0, "output_tokens": 0}  # summed over the LLM rounds that reported it
+        self.guard_retries: list[str] = []  # tools the guard forced after an answer without them
         if not held:
             self.released.set()
 
@@ -186,7 +195,13 @@ class Responder:
         try:
             for round_index in range(self.options.max_tool_rounds + 1):
                 offer_tools = self.options.offer_tools and round_index < self.options.max_tool_rounds
-                calls = await self._generate(offer_tools)
+                guard = self._guarded_tool() if offer_tools and round_index == 0 else None
+                calls = await self._generate(offer_tools, guard=guard)
+                if calls is None:  # answered without the guarded tool: discarded; ask again, forcing it
+                    assert guard is not None
+                    self.guard_retries.append(guard)
+                    log.info("response %s: answered without %s; asking again with it forced", self.id, guard)
+                    calls = await self._generate(offer_tools, tool_choice=forced_choice(guard))
                 if not calls or not await self._run_tools(calls):
                     break
             self._finish_utterances()
@@ -213,15 +228,24 @@ class Responder:
         self.emit(ResponseDone(response=self._response(output=[item.realtime() for item in self.items],
                                                        timings=self.timings, usage=usage)))
 
-    async def _generate(self, offer_tools: bool) -> list[ParsedToolCall | ToolCallParseError]:
-        """One LLM round: speak the text as it comes; return the tool calls it made."""
+    def _guarded_tool(self) -> str | None:
+        """The built-in tool the user's turn asks for, when the guard is on and nothing was said yet."""
+        if not self.options.tool_guard or self.items or self.options.tool_choice is not None:
+            return None
+        return guarded_tool(self.history, self.tools)
+
+    async def _generate(self, offer_tools: bool, *, guard: str | None = None,
+                        tool_choice: Any = None) -> list[ParsedToolCall | ToolCallParseError] | None:
+        """One LLM round: speak the text as it comes; return the tool calls it made. With ``guard`` (a tool name)
+        the text is held until the round ends and spoken only when the model called that tool; otherwise the
+        round leaves nothing behind and None is returned. ``tool_choice`` overrides the configured one."""
         item = Item(new_item_id(), "assistant")
         self._speaking_item = item
         request = ChatRequest(
             messages=[*self.history, *(i.message() for i in self.items)],
             tools=self.tools.specs() if offer_tools else (), max_tokens=self.options.max_tokens,
             temperature=self.options.temperature,
-            tool_choice=self.options.tool_choice if offer_tools and len(self.tools) else None,
+            tool_choice=(tool_choice or self.options.tool_choice) if offer_tools and len(self.tools) else None,
         )
         parser = ReplyParser()
         # The first audio as early as a comma, or six words, allow, without waiting for the token after the mark.
@@ -230,6 +254,7 @@ class Responder:
         speaker = asyncio.get_running_loop().create_task(self._speak_clauses(clauses, item))
         speaker.add_done_callback(_note_speaker_end)  # a session closed mid-answer ends its speech output
         calls: list[ParsedToolCall | ToolCallParseError] = []
+        held: list[str] | None = [] if guard is not None else None  # text not spoken (yet)
         try:
             async with self.llm.stream(request) as stream:
                 async for delta in stream:
@@ -239,32 +264,41 @@ class Responder:
                         self.usage["input_tokens"] += delta.usage.prompt_tokens
                         self.usage["output_tokens"] += delta.usage.completion_tokens
                     for parsed in parser.feed(delta):
-                        await self._route(parsed, splitter, clauses, calls)
+                        await self._route(parsed, splitter, clauses, calls, held)
             for parsed in parser.finish():
-                await self._route(parsed, splitter, clauses, calls)
+                await self._route(parsed, splitter, clauses, calls, held)
+            if held is not None:
+                if not any(getattr(c, "name", None) == guard for c in calls):
+                    return None
+                texts, held = held, None
+                for text in texts:
+                    await self._route(SpokenText(text), splitter, clauses, calls)
             for clause in splitter.flush():
                 await clauses.put(clause)
             await clauses.put(None)
             await speaker
         finally:
+            discarded = held is not None  # a held answer that was never spoken leaves nothing behind
             if not speaker.done():
                 speaker.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await speaker
-            if not item.truncated:
+            if not item.truncated and not discarded:
                 item.text = item.text or parser.text.strip()
             item.tool_calls = [
                 {"id": c.call_id, "type": "function",
                  "function": {"name": c.name, "arguments": c.arguments_json}}
                 for c in calls if isinstance(c, ParsedToolCall)
             ]
-            if item.text or item.tool_calls:
+            if (item.text or item.tool_calls) and not discarded:
                 self.items.append(item)
         return calls
 
     async def _route(self, parsed: Any, splitter: ClauseSplitter, clauses: asyncio.Queue[str | None],
-                     calls: list[Any]) -> None:
-        if isinstance(parsed, SpokenText):
+                     calls: list[Any], held: list[str] | None = None) -> None:
+        if isinstance(parsed, SpokenText) and held is not None:
+            held.append(parsed.text)
+        elif isinstance(parsed, SpokenText):
             for clause in splitter.feed(parsed.text):
                 await clauses.put(clause)
         else:

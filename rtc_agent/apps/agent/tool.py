@@ -35,6 +35,8 @@ class Tool:
     ``parameters`` is a JSON schema of the arguments object; ``handler`` (server tools only) is called with the
     validated arguments as keyword arguments, may be sync (run in a thread) or async, and returns any JSON-able
     value. ``timeout_s`` bounds one execution (for browser tools: the wait for the page's answer).
+    ``asked_by`` (the built-in tools set it): whether a user's turn asks for what this tool answers; the tool
+    guard (:mod:`rtc_agent.apps.agent.tool_guard`) then makes the model call it instead of answering from memory.
     """
 
     name: str
@@ -43,6 +45,7 @@ class Tool:
     kind: ToolKind = "server"
     handler: Callable[..., Any] | None = None
     timeout_s: float = 5.0
+    asked_by: Callable[[str], bool] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):

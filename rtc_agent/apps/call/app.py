@@ -1,16 +1,19 @@
 """The ``call`` app: one participant of a call room.
 
-Config ``{room, name, language, listen_language, captions, interpret}``: ``language`` is what I speak (a Whisper
-code or ``auto``), ``listen_language`` what I want to read and hear (default: ``language``; ``auto`` means
-English), ``captions`` whether I get everyone's captions, ``interpret`` whether I hear the interpretation of
-speakers of other languages on this session's audio track.
+Config ``{room, name, language, listen_language, captions, interpret, listen_speech}``: ``language`` is what I
+speak (a Whisper code or ``auto``), ``listen_language`` what I want to read and hear (default: ``language``;
+``auto`` means English), ``captions`` whether I get everyone's captions, ``interpret`` whether I hear the
+interpretation of speakers of other languages on this session's audio track, ``listen_speech`` (default true)
+false for text only (no synthesis for me). A ``listen_language`` this server cannot deliver (see
+:mod:`rtc_agent.apps.interpret.deliverable`) is refused with ``unsupported_language`` (400 at creation, an
+``error`` event on ``session.update``, which then changes nothing).
 
 Media between participants goes browser to browser; this session carries my microphone up (captions of my speech
 for everyone, interpretation for listeners of other languages) and interpretation speech down. My speech is
 transcribed once by the captions pipeline (:class:`~rtc_agent.apps.captions.CaptionsApp`, vision off) whose
 events the room fans out with ``speaker``. Client events: ``room.signal`` (relayed to another participant),
-``session.update`` (``language``, ``listen_language``, ``captions``, ``interpret``, ``mic_muted``,
-``camera_muted``, ``name``), ``input_audio_buffer.commit``.
+``session.update`` (``language``, ``listen_language``, ``captions``, ``interpret``, ``listen_speech``,
+``mic_muted``, ``camera_muted``, ``name``; validated whole before anything changes), ``input_audio_buffer.commit``.
 
 Display names are unique in a room: a ``name`` another live participant already uses gets a suffix (``Ana (2)``,
 :mod:`rtc_agent.apps.call.names`) when joining or renaming; the session's config (``session.created`` /
@@ -30,6 +33,7 @@ from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.room import Room, check_room_name
 from rtc_agent.apps.captions import CaptionsApp
 from rtc_agent.apps.captions.app import check_language
+from rtc_agent.apps.interpret.deliverable import check_listen
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent, ServerEvent
@@ -42,8 +46,10 @@ from rtc_agent.protocol.events import (
     SessionUpdated,
 )
 
-CONFIG_KEYS = frozenset({"room", "name", "language", "listen_language", "captions", "interpret"})
-LIVE_KEYS = frozenset({"name", "language", "listen_language", "captions", "interpret", "mic_muted", "camera_muted"})
+CONFIG_KEYS = frozenset({"room", "name", "language", "listen_language", "captions", "interpret", "listen_speech"})
+LIVE_KEYS = frozenset({"name", "language", "listen_language", "captions", "interpret", "listen_speech", "mic_muted",
+                       "camera_muted"})
+FLAGS = ("captions", "interpret", "listen_speech")
 
 
 def _name(value: Any) -> str:
@@ -109,7 +115,8 @@ class CallApp(App):
         super().__init__(ctx, config)
         self.participant = Participant(id=ctx.session_id, name=config["name"], language=config["language"],
                                        listen_language=config["listen_language"], ctx=ctx,
-                                       captions=config["captions"], interpret=config["interpret"])
+                                       captions=config["captions"], interpret=config["interpret"],
+                                       listen_speech=config["listen_speech"])
         self.room: Room | None = None
         captions_config = CaptionsApp.validate_config({"language": config["language"], "vision": False},
                                                       ctx.settings)
@@ -128,9 +135,9 @@ class CallApp(App):
             "name": _name(config.get("name")),
             "language": language,
             "listen_language": _listen(config.get("listen_language", language)),
-            "captions": _flag(config, "captions", True),
-            "interpret": _flag(config, "interpret", True),
+            **{key: _flag(config, key, True) for key in FLAGS},
         }
+        check_listen(settings, out["listen_language"], language)
         return out
 
     @classmethod
@@ -183,24 +190,26 @@ class CallApp(App):
         if unknown:
             raise InvalidRequest(f"unknown call settings: {show_keys(unknown)}", code="invalid_config")
         p = self.participant
-        if "language" in update:
-            language = check_language(update["language"])
-            if language != p.language:
-                self.captions.transcriber.set_language(None if language == "auto" else language, None)
-            p.language = self.config["language"] = language
-        if "listen_language" in update:
-            p.listen_language = self.config["listen_language"] = _listen(update["listen_language"])
-        if "name" in update:
-            name = _name(update["name"])
+        # validate everything first: a refused update changes nothing
+        new = {key: _flag(update, key, True) for key in FLAGS if key in update}
+        new.update({key: _flag(update, key, False) for key in ("mic_muted", "camera_muted") if key in update})
+        language = check_language(update["language"]) if "language" in update else p.language
+        listen = _listen(update["listen_language"]) if "listen_language" in update else p.listen_language
+        if "language" in update or "listen_language" in update:
+            check_listen(self.ctx.settings, listen, language)
+        name = _name(update["name"]) if "name" in update else None
+        if language != p.language:
+            self.captions.transcriber.set_language(None if language == "auto" else language, None)
+        new_language = language != p.language
+        p.language = self.config["language"] = language
+        p.listen_language = self.config["listen_language"] = listen
+        if name is not None:
             p.name = self.config["name"] = self.room.free_name(name, p.id) if self.room is not None else name
-        for key in ("captions", "interpret"):
-            if key in update:
-                setattr(p, key, _flag(update, key, True))
-                self.config[key] = getattr(p, key)
-        for key in ("mic_muted", "camera_muted"):
-            if key in update:
-                setattr(p, key, _flag(update, key, False))
-        if "language" in update and self.room is not None:  # a new source language: new pipelines
+        for key, value in new.items():
+            setattr(p, key, value)
+            if key in FLAGS:
+                self.config[key] = value
+        if new_language and self.room is not None:  # a new source language: new pipelines
             self.room.close_pairs(p.id)
         self.ctx.emit(SessionUpdated(session={"config": self.config}))
         if self.room is not None:

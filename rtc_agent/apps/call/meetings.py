@@ -40,6 +40,7 @@ MEETING_ID = re.compile(r"^mtg_[0-9a-f]{16}$")
 # A session joins its room some seconds after its client token was checked (the offer is applied and candidates
 # gathered first, up to 10 s each): a meeting stays current this much longer than the tokens from its links.
 SESSION_SETUP_MARGIN_S = 30.0
+MAX_GONE_IDS = 10000  # ended meetings whose links are still live, remembered so those links stay refused
 
 
 class MeetingEnded(AgentError):
@@ -86,6 +87,8 @@ class MeetingBook:
         self.clock = clock
         self.current: dict[str, Meeting] = {}
         self.ended: OrderedDict[str, tuple[str, Transcript, float]] = OrderedDict()  # id -> (name, transcript, expiry)
+        # ids of the meetings that ended here, until their last link expires: never restored (see restore)
+        self.gone: OrderedDict[str, float] = OrderedDict()
 
     @property
     def grace_s(self) -> float:
@@ -115,10 +118,16 @@ class MeetingBook:
             self._end(meeting, now)
         for meeting_id in [k for k, (_, _, expiry) in self.ended.items() if expiry <= now]:
             del self.ended[meeting_id]
+        for meeting_id in [k for k, until in self.gone.items() if until <= now]:
+            del self.gone[meeting_id]
 
     def _end(self, meeting: Meeting, now: float) -> None:
         if self.current.get(meeting.name) is meeting:
             del self.current[meeting.name]
+        if meeting.links_until > now:
+            self.gone[meeting.id] = meeting.links_until
+            while len(self.gone) > MAX_GONE_IDS:
+                self.gone.popitem(last=False)
         transcript = meeting.room.transcript if meeting.room is not None else None
         if transcript is None or not transcript.lines or self.kept <= 0 or self.ttl_s <= 0:
             return
@@ -138,6 +147,17 @@ class MeetingBook:
     meeting, finds it)."""
         self.sweep()
         return next((m for m in self.current.values() if m.id == meeting_id), None)
+
+    def restore(self, meeting_id: str, name: str, links_until: float) -> Meeting | None:
+        """The meeting of a join link that this book has never seen (one minted before the server restarted,
+        kept by the state store) made current again, pending, under its own id; None when ``name`` already has
+        another current meeting or that meeting ended here (its links stay refused)."""
+        if not MEETING_ID.match(meeting_id) or meeting_id in self.gone or meeting_id in self.ended:
+            return None
+        if self.get(name) is not None:
+            return None
+        meeting = self.current[name] = Meeting(id=meeting_id, name=name, links_until=links_until)
+        return meeting
 
     def _current_or_new(self, name: str) -> Meeting:
         meeting = self.get(name)

@@ -26,11 +26,17 @@ class Participant:
     ctx: AppContext
     captions: bool = True
     interpret: bool = True
+    listen_speech: bool = True  # false: translations as text only, no synthesis for this listener
     mic_muted: bool = False
     camera_muted: bool = False
     joined_at: float = field(default_factory=time.time)
     bucket: SignalBucket = field(default_factory=SignalBucket)  # its room.signal rate
     joined_mono: float = field(default_factory=time.monotonic)
+
+    @property
+    def hears_speech(self) -> bool:
+        """Whether interpretation is spoken on its track (it asked for it, and its session can receive audio)."""
+        return self.interpret and self.listen_speech and self.ctx.speech is not None
 
     @property
     def tag(self) -> dict[str, str]:
@@ -41,7 +47,8 @@ class Participant:
         """What the other participants see of it (``room.joined``, ``room.participant.*``)."""
         return {"participant_id": self.id, "name": self.name, "language": self.language,
                 "listen_language": self.listen_language, "mic_muted": self.mic_muted,
-                "camera_muted": self.camera_muted, "interpret": self.interpret}
+                "camera_muted": self.camera_muted, "interpret": self.interpret,
+                "listen_speech": self.listen_speech}
 
     def send(self, event: ServerEvent) -> None:
         """``event`` to its session; never raises (one dead channel must not stop a fan-out)."""

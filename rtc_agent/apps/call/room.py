@@ -13,8 +13,15 @@ A room exists while it has participants (at most its host's ``max_participants``
   ``speaker {participant_id, name}``, and keeps the finals in the room's :class:`Transcript`;
 - keeps one interpretation pair per (speaker, target language) where a listener's ``listen_language`` differs
   from the speaker's ``language`` (an ``auto`` speaker is not interpreted: its language is unknown). Pairs are
-  made by the injected ``pair_factory`` (:class:`~rtc_agent.apps.call.interpretation.PairInterpreter` on a
-  server), which is handed the room as its outlet (``segment_at``, ``on_translation``, ``send_to_language``).
+  made by the injected ``pair_factory`` (:func:`~rtc_agent.apps.call.pairs.make_pair` on a server: speech or
+  text route), which is handed the room as its outlet (``segment_at``, ``segment_text``, ``on_translation``,
+  ``send_to_language``), within the host's capacity (``admit_pair``). A listener whose pair cannot be made (no
+  engine for its language, no capacity) gets one ``error`` event saying so (``unsupported_language``,
+  ``interpretation_unavailable``) until that changes;
+- hands each caption to the speaker's pairs (the text route translates finals) and sheds text-route backlog over
+  ``room_mt_backlog``: a muted speaker's waiting finals first, then the oldest;
+- replays the last ``room_replay_lines`` transcript lines to a newcomer (``caption.final`` and, in its language,
+  ``caption.translation`` with ``replayed: true``).
 
 Display names are unique among a room's live participants (:mod:`rtc_agent.apps.call.names`: ``Ana``,
 ``Ana (2)``). The room's host (:class:`~rtc_agent.apps.call.room_registry.RoomRegistry`) says how many may join
@@ -37,7 +44,7 @@ from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.signal_relay import relayed_payload
 from rtc_agent.apps.call.transcript import Transcript, TranscriptLine
 from rtc_agent.errors import AgentError, InvalidRequest, NotFound, RateLimited
-from rtc_agent.protocol import ServerEvent
+from rtc_agent.protocol import ServerEvent, error_event
 from rtc_agent.protocol.events import (
     CaptionFinal,
     CaptionPartial,
@@ -78,6 +85,8 @@ class InterpretationPair(Protocol):
 
     def set_listeners(self, listeners: list[Participant]) -> None: ...
 
+    def on_caption(self, event: CaptionPartial | CaptionFinal) -> None: ...
+
     def stats(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
@@ -93,7 +102,21 @@ class RoomHost(Protocol):
     @property
     def max_participants(self) -> int: ...
 
+    @property
+    def mt_backlog(self) -> int:
+        """Caption finals the room's text-route pairs may hold waiting, all together."""
+        ...
+
+    @property
+    def replay_lines(self) -> int:
+        """Transcript lines a newcomer gets."""
+        ...
+
     def can_translate(self, target: str) -> bool: ...
+
+    def admit_pair(self, room: Room, target: str) -> None:
+        """Raise :class:`AgentError` when ``room`` may not start one more pair into ``target`` now."""
+        ...
 
     def ended(self, room: Room) -> None:
         """The room has no participants left."""
@@ -116,7 +139,8 @@ class Room:
         self.pairs: dict[tuple[str, str], InterpretationPair] = {}  # (speaker id, target) -> its pair
         self.transcript = Transcript(name, meeting_id)
         self.created = time.monotonic()
-        self._segments: dict[str, OrderedDict[str, tuple[int, int | None]]] = {}
+        self._segments: dict[str, OrderedDict[str, tuple[int, int | None, str]]] = {}
+        self._told: dict[tuple[str, str, str], str] = {}  # (listener, speaker, target) -> the error code sent
 
     # --- membership -------------------------------------------------------------------------------------
 
@@ -134,6 +158,7 @@ class Room:
                           participants=[x.public() for x in self.participants.values()]))
         for other in others:
             other.send(RoomParticipantJoined(room=self.name, participant=p.public()))
+        self.replay(p)
         self.reconcile()
 
     def leave(self, participant_id: str, reason: str | None = None) -> None:
@@ -173,24 +198,31 @@ class Room:
             for listener in self.participants.values():
                 if listener is speaker or _base(listener.listen_language) == _base(speaker.language):
                     continue
-                if not self.host.can_translate(listener.listen_language):
-                    continue
                 out.setdefault((speaker.id, listener.listen_language), []).append(listener)
         return out
 
     def reconcile(self) -> None:
-        """Start the pairs that are needed now, stop those that are not, and update who hears each."""
+        """Start the pairs that are needed now, stop those that are not, update who hears each, and tell the
+        listeners of a pair that cannot be had why."""
         wanted = self.wanted_pairs()
         for key in [k for k in self.pairs if k not in wanted]:
             self.pairs.pop(key).close()
+        told = dict(self._told)
+        self._told = {}
         for key, listeners in wanted.items():
             pair = self.pairs.get(key)
             if pair is None:
                 speaker = self.participants[key[0]]
                 try:
+                    self.host.admit_pair(self, key[1])
                     pair = self.pair_factory(self, speaker, key[1])
                 except AgentError as exc:
-                    log.warning("room %s: no interpretation %s -> %s: %s", self.name, speaker.language, key[1], exc)
+                    log.info("room %s: no interpretation %s -> %s: %s", self.name, speaker.language, key[1], exc)
+                    for listener in listeners:
+                        told_key = (listener.id, key[0], key[1])
+                        if told.get(told_key) != exc.code:  # once, not on every membership change
+                            listener.send(error_event(exc))
+                        self._told[told_key] = exc.code
                     continue
                 pair.start()
                 self.pairs[key] = pair
@@ -202,6 +234,31 @@ class Room:
             self.pairs.pop(key).close()
 
     # --- media and events -------------------------------------------------------------------------------
+
+    def shed(self) -> None:
+        """Keep the text route's waiting finals within ``room_mt_backlog``: a muted speaker's go first (its words
+        are the least current), then the longest queue's oldest."""
+        limit = self.host.mt_backlog
+        queued = [pair for pair in self.pairs.values() if getattr(pair, "pending", None)]
+        while sum(len(pair.pending) for pair in queued) > limit:
+            muted = [p for p in queued if p.pending and getattr(self.participants.get(p.key[0]), "mic_muted", False)]
+            victim = muted[0] if muted else max(queued, key=lambda p: len(p.pending))
+            victim.drop_oldest("muted" if muted else "behind")
+
+    def replay(self, p: Participant) -> None:
+        """The room's recent transcript lines to the newcomer ``p``, each with its translation into ``p``'s
+        language when there is one (both marked ``replayed``)."""
+        count = self.host.replay_lines
+        for line in self.transcript.lines[-count:] if count else []:
+            tag = {"participant_id": line.participant_id, "name": line.name}
+            if p.captions:
+                p.send(CaptionFinal(segment_id=line.segment_id, text=line.text, audio_start_ms=line.start_ms,
+                                    audio_end_ms=line.end_ms, language=line.language, speaker=tag))
+            translated = line.translations.get(p.listen_language)
+            if translated and p.captions:
+                p.send(CaptionTranslation(segment_id=line.segment_id, speaker=tag, language=p.listen_language,
+                                          text=translated, audio_start_ms=line.start_ms, audio_end_ms=line.end_ms,
+                                          source_text=line.text, source_language=line.language, replayed=True))
 
     def push_audio(self, speaker_id: str, audio: np.ndarray, start_ms: int) -> None:
         for (sid, _), pair in list(self.pairs.items()):
@@ -216,13 +273,19 @@ class Room:
     def on_caption(self, speaker: Participant, event: CaptionPartial | CaptionFinal) -> None:
         segments = self._segments.setdefault(speaker.id, OrderedDict())
         final = isinstance(event, CaptionFinal)
-        segments[event.segment_id] = (event.audio_start_ms, event.audio_end_ms if final else None)
+        text = event.text if final else f"{event.committed} {event.tentative}"
+        segments[event.segment_id] = (event.audio_start_ms, event.audio_end_ms if final else None,
+                                      " ".join(text.split()))
         while len(segments) > SEGMENTS_KEPT:
             segments.popitem(last=False)
         tagged = event.model_copy(update={"speaker": speaker.tag})
         for p in self.participants.values():
             if p.captions or p is speaker:
                 p.send(tagged)
+        for (sid, _), pair in list(self.pairs.items()):
+            if sid == speaker.id:
+                pair.on_caption(event)
+        self.shed()
         if final and event.text.strip():
             start = self.room_ms(speaker, event.audio_start_ms)
             end = self.room_ms(speaker, event.audio_end_ms)
@@ -235,10 +298,15 @@ class Room:
     def segment_at(self, speaker_id: str, audio_ms: int) -> str:
         """The speaker's caption segment that holds ``audio_ms`` (or the last one that started before it)."""
         best = None
-        for segment_id, (start, _end) in self._segments.get(speaker_id, {}).items():
+        for segment_id, (start, _end, _text) in self._segments.get(speaker_id, {}).items():
             if start <= audio_ms:
                 best = segment_id
         return best or f"{speaker_id}_t{audio_ms}"
+
+    def segment_text(self, speaker_id: str, segment_id: str) -> str | None:
+        """The caption text of ``segment_id`` as far as it is known (the final, else the latest partial)."""
+        known = self._segments.get(speaker_id, {}).get(segment_id)
+        return (known[2] or None) if known is not None else None
 
     def on_translation(self, speaker: Participant, event: CaptionTranslation) -> None:
         self.transcript.add_translation(speaker.id, event.segment_id, event.language, event.text)

@@ -5,6 +5,10 @@ session context, :attr:`~rtc_agent.apps.base.AppContext.rooms`) and the room rou
 ``rooms`` holds the live rooms; each :class:`~rtc_agent.apps.call.room.Room` is one meeting
 (:mod:`rtc_agent.apps.call.meetings`: what join links are bound to, when a meeting ends, how long ended
 meetings' transcripts stay).
+
+Interpretation pairs are admitted within capacity (:meth:`RoomRegistry.admit_pair`): at most ``room_max_pairs`` per
+room, and speech-route pairs (each a speech-translation pipeline) at most ``pair_capacity()`` over all rooms when
+the composition root wires it to the machine's measured capacity (``None``: no machine limit).
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rtc_agent.apps.call.interpretation import PairInterpreter
 from rtc_agent.apps.call.meetings import Meeting, MeetingBook
+from rtc_agent.apps.call.pairs import InterpretationUnavailable, make_pair
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.room import PairFactory, Room, RoomFull
 from rtc_agent.apps.call.transcript import Transcript
-from rtc_agent.engines import st
+from rtc_agent.apps.interpret.deliverable import ROUTE_SPEECH, route_for
 from rtc_agent.errors import AgentError
 
 
@@ -27,18 +31,42 @@ class RoomRegistry:
     Its rooms interpret with pairs made by ``pair_factory``."""
 
     def __init__(self, settings: Any, clock: Callable[[], float] = time.time, *,
-                 pair_factory: PairFactory = PairInterpreter) -> None:
+                 pair_factory: PairFactory = make_pair,
+                 pair_capacity: Callable[[], int | None] | None = None) -> None:
         self.settings = settings
         self.rooms: dict[str, Room] = {}
         self.meetings = MeetingBook(settings, clock)
         self.pair_factory = pair_factory
+        self.pair_capacity = pair_capacity
 
     @property
     def max_participants(self) -> int:
         return int(getattr(self.settings, "max_room_participants", 6))
 
+    @property
+    def mt_backlog(self) -> int:
+        return int(getattr(self.settings, "room_mt_backlog", 8))
+
+    @property
+    def replay_lines(self) -> int:
+        return int(getattr(self.settings, "room_replay_lines", 20))
+
     def can_translate(self, target: str) -> bool:
-        return target == "en" or not st.english_only(self.settings)
+        return route_for(self.settings, target) is not None
+
+    def admit_pair(self, room: Room, target: str) -> None:
+        """Raise :class:`InterpretationUnavailable` when ``room`` may not start one more pair into ``target``."""
+        limit = int(getattr(self.settings, "room_max_pairs", 12))
+        if len(room.pairs) >= limit:
+            raise InterpretationUnavailable(f"room {room.name!r} already runs {limit} interpretations (room_max_pairs)")
+        route = route_for(self.settings, target)
+        capacity = self.pair_capacity() if self.pair_capacity is not None else None
+        if route is not None and route[0] == ROUTE_SPEECH and capacity is not None:
+            running = sum(1 for r in self.rooms.values() for pair in r.pairs.values()
+                          if getattr(pair, "route", None) == ROUTE_SPEECH)
+            if running >= capacity:
+                raise InterpretationUnavailable(f"this server runs {running} speech interpretations, all it holds "
+                                                "in real time; try again when one ends")
 
     def check_room(self, name: str) -> None:
         """Raise :class:`RoomFull` when ``name`` has no free place (checked again at join)."""

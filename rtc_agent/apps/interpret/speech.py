@@ -12,6 +12,11 @@ ahead of it - source_end_ms``. When it exceeds ``max_lag_ms`` the speaker catche
 
 Every change is announced with a :class:`TranslationSpeechCatchup` event (``action``: ``speed`` when speeding up
 or changing speed, ``skip`` for skipped text, ``normal`` when back to normal speed).
+
+Each spoken text is framed by ``translation.speech.started`` (when its first clause is queued, with the speech
+queued ahead of it) and ``translation.speech.done`` (when its last clause has played), so a page ducks the
+original voice only while the interpretation plays. A clause that fails (an engine error, a listener's track that
+ended under it) is counted and logged; the speaker goes on with the next text.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.engines.tts.text import speakable
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
-from rtc_agent.protocol.events import TranslationSpeechCatchup
+from rtc_agent.protocol.events import TranslationSpeechCatchup, TranslationSpeechDone, TranslationSpeechStarted
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,7 @@ _ids = itertools.count(1)
 class _Piece:
     text: str
     source_end_ms: int
+    segment_id: str | None = None
 
 
 class TranslationSpeaker:
@@ -51,11 +57,13 @@ class TranslationSpeaker:
     - ``max_lag_ms``: above this lag speech speeds up; ``skip_lag_ms`` (default twice that): text this late is
       skipped. ``max_speed``: the fastest TTS speed. ``max_ahead_ms``: most synthesized speech queued ahead of the
       playhead (synthesis waits beyond it). ``max_pieces``: texts waiting for synthesis (the oldest are skipped).
+    - ``speaker`` / ``language``: set on every speech event (app ``call``: whose interpretation, into what).
     """
 
     def __init__(self, sink: SpeechSink, synthesizer: SpeechSynthesizer, emit: Callable[[ServerEvent], None],
                  now_ms: Callable[[], int], *, max_lag_ms: int = 3000, skip_lag_ms: int | None = None,
-                 max_speed: float = 1.6, max_ahead_ms: int = 15_000, max_pieces: int = 64) -> None:
+                 max_speed: float = 1.6, max_ahead_ms: int = 15_000, max_pieces: int = 64,
+                 speaker: dict[str, str] | None = None, language: str | None = None) -> None:
         if max_lag_ms < 0:
             raise ValueError("max_lag_ms must be >= 0")
         if not 1.0 <= max_speed <= 4.0:
@@ -68,6 +76,8 @@ class TranslationSpeaker:
         self.skip_lag_ms = skip_lag_ms if skip_lag_ms is not None else 2 * max_lag_ms
         self.max_speed = max_speed
         self.max_ahead_ms = max_ahead_ms
+        self.speaker = speaker
+        self.language = language
         self._pieces: deque[_Piece] = deque(maxlen=max_pieces)
         self._wake = asyncio.Event()
         self._playing: deque[tuple[UtteranceHandle, int]] = deque()  # (utterance, duration ms)
@@ -84,14 +94,14 @@ class TranslationSpeaker:
 
     # --- input ----------------------------------------------------------------------------------------------
 
-    def say(self, text: str, source_end_ms: int) -> None:
+    def say(self, text: str, source_end_ms: int, *, segment_id: str | None = None) -> None:
         """Queue a translation for speech (non-blocking). When ``max_pieces`` wait, the oldest is skipped."""
         if not self.enabled or not text.strip():
             return
         if len(self._pieces) == self._pieces.maxlen:
             old = self._pieces.popleft()
             self._announce_skip(old, self.lag_ms(old.source_end_ms))
-        self._pieces.append(_Piece(text, source_end_ms))
+        self._pieces.append(_Piece(text, source_end_ms, segment_id))
         self._wake.set()
 
     def clear(self) -> None:
@@ -124,14 +134,15 @@ class TranslationSpeaker:
         if speed != self.speed:
             self.speed = speed
             action = "normal" if speed == 1.0 else "speed"
-            self.emit(TranslationSpeechCatchup(action=action, lag_ms=lag, speed=speed))
+            self.emit(TranslationSpeechCatchup(action=action, lag_ms=lag, speed=speed, speaker=self.speaker))
         return speed
 
     def _announce_skip(self, piece: _Piece, lag: int) -> None:
         self.skipped += 1
         self.skipped_chars += len(piece.text)
         self.emit(TranslationSpeechCatchup(action="skip", lag_ms=lag, speed=self.speed, skipped_text=piece.text,
-                                           audio_end_ms=piece.source_end_ms))
+                                           audio_end_ms=piece.source_end_ms, speaker=self.speaker,
+                                           segment_id=piece.segment_id))
 
     # --- the task -------------------------------------------------------------------------------------------
 
@@ -152,24 +163,52 @@ class TranslationSpeaker:
                 continue
             self._current_end_ms = piece.source_end_ms
             try:
-                await self._speak(text)
+                await self._speak(text, piece.segment_id)
             except AgentError as exc:
                 self.errors += 1
                 log.warning("speaking a translation failed: %s", exc)
                 if self.errors == 1:
                     self.emit(error_event(exc))
+            except Exception:  # e.g. a track that ended under the clause: the next text still gets spoken
+                self.errors += 1
+                log.exception("speaking a translation failed")
             await self._wait_for_room()
 
-    async def _speak(self, text: str) -> None:
+    async def _speak(self, text: str, segment_id: str | None = None) -> None:
         stream = self.synthesizer.stream(text, speed=self._current_speed)
-        async with contextlib.aclosing(stream):
-            async for synthesis in stream:
-                handle = self.sink.play(synthesis.pcm, synthesis.sample_rate,
-                                        utterance_id=f"tr_{next(_ids)}")
-                duration = int(synthesis.duration_s * 1000)
-                self._playing.append((handle, duration))
-                self.spoken_ms += duration
+        first: str | None = None
+        last: UtteranceHandle | None = None
+        try:
+            async with contextlib.aclosing(stream):
+                async for synthesis in stream:
+                    utterance_id = f"tr_{next(_ids)}"
+                    ahead = self.queued_ms()
+                    handle = self.sink.play(synthesis.pcm, synthesis.sample_rate, utterance_id=utterance_id)
+                    if first is None:
+                        first = utterance_id
+                        self.emit(TranslationSpeechStarted(utterance_id=first, starts_in_ms=ahead, text=text,
+                                                           language=self.language, segment_id=segment_id,
+                                                           speaker=self.speaker))
+                    duration = int(synthesis.duration_s * 1000)
+                    self._playing.append((handle, duration))
+                    self.spoken_ms += duration
+                    last = handle
+        finally:
+            if first is not None and last is not None:
+                self._announce_done(first, last, segment_id)
         self.spoken += 1
+
+    def _announce_done(self, utterance_id: str, last: UtteranceHandle, segment_id: str | None) -> None:
+        """``translation.speech.done`` once ``last`` (the text's last clause) has played or was cut."""
+
+        def done(fut: asyncio.Future) -> None:
+            failed = fut.cancelled() or fut.exception() is not None
+            cleared = failed or any(getattr(h, "cleared", False) for h in getattr(last, "handles", [last]))
+            self.emit(TranslationSpeechDone(utterance_id=utterance_id, sent_ms=0 if failed else int(fut.result() or 0),
+                                            cleared=cleared, language=self.language, segment_id=segment_id,
+                                            speaker=self.speaker))
+
+        last.done.add_done_callback(done)
 
     async def _wait_for_room(self) -> None:
         while self.queued_ms() > self.max_ahead_ms and self._playing:

@@ -127,22 +127,53 @@ def render_messages(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mappi
 
 
 
+def forced_call_prefix(request: ChatRequest, tools: Sequence[Mapping[str, Any]]) -> str:
+    """The text the assistant turn starts with so that the model honours ``request.tool_choice``: ``"required"``
+    opens a ``<tool_call>`` and its ``"name"``; a named function (``{"type": "function", "function": {"name"}}``
+    or the flat ``{"type": "function", "name"}``) also writes the name, leaving the model only the arguments.
+    Empty for ``auto``/``none``/None, and when the chosen function is not among ``tools`` (the tools this turn
+    offers: none while a compact model answers a tool result). The engine emits the prefix as the reply's first
+    text, so the reply reads as one complete call."""
+    choice = request.tool_choice
+    functions = {str(fn.get("name")): fn for fn in (t.get("function") or t for t in tools if isinstance(t, Mapping))
+                 if isinstance(fn, Mapping)}
+    if not functions:
+        return ""
+    if choice == "required":
+        return '<tool_call>\n{"name": "'
+    if isinstance(choice, Mapping) and choice.get("type", "function") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else choice.get("name")
+        if isinstance(name, str) and name in functions:
+            # the arguments object is opened too, and with its first key's quote when it has parameters: left
+            # the bare value, a 0.5B model writes the expression itself (``"arguments": 17 * 23}``, measured)
+            params = functions[name].get("parameters")
+            has_keys = isinstance(params, Mapping) and bool(params.get("properties"))
+            return "<tool_call>\n" + json.dumps({"name": name})[:-1] + ', "arguments": {' + ('"' if has_keys else "")
+    return ""
+
+
 def template_turns(request: ChatRequest, *, compact: bool,
                    template_has_tools: bool) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     """The turns (:func:`render_messages`) and the tools to hand the chat template for ``request``.
 
     ``compact`` (a packaged model marked ``compact_tools``): tools become :func:`compact_tools` with
     :data:`TOOLS_NOTE` in the system message, and a last turn of tool results is answered without tools, asked to
-    speak the result. The tools returned go to the template's own ``tools`` argument when ``template_has_tools``;
-    otherwise they are already written into the system turn.
+    speak the result. ``tool_choice`` ``"none"`` offers no tools. The tools returned go to the template's own
+    ``tools`` argument when ``template_has_tools``; otherwise they are already written into the system turn.
     """
-    tools = list(request.tools)
+    tools = list(request.tools) if request.tool_choice != "none" else []
     messages = [dict(m) for m in request.messages]
     answering = compact and bool(messages) and messages[-1].get("role") == "tool"
     if answering:
         # a tool result to speak: a 0.5B model offered tools again calls the same tool once more (measured);
-        # without them, and asked to answer, it says the result ("17 multiplied by 23 equals 391.")
+        # without them, and asked to answer, it says the result ("17 multiplied by 23 equals 391."). It hears
+        # only the system prompt and the turn being answered: with earlier answers in view it repeats the last
+        # one ("The time in Tokyo is 10:56 AM." over a calculate result of 391, measured)
         tools = []
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+        head = [m for m in messages[:1] if m.get("role") in ("system", "developer")]
+        messages = head + messages[last_user:] if last_user else messages
     if tools and compact:
         tools = compact_tools(tools)
         if messages and messages[0].get("role") in ("system", "developer"):
@@ -151,5 +182,10 @@ def template_turns(request: ChatRequest, *, compact: bool,
             messages.insert(0, {"role": "system", "content": TOOLS_NOTE})
     turns = render_messages(messages, tools, template_has_tools=template_has_tools)
     if answering and turns and turns[-1]["role"] == "user":
-        turns[-1]["content"] += "\n" + _ANSWER_NOTE
+        # the question named again: with earlier answers in the history a 0.5B model otherwise repeats the last
+        # one ("The time in Tokyo is 10:56 AM." over a calculate result of 391, measured)
+        asked = next((_content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        note = _ANSWER_NOTE.replace("my question", f'my question "{asked.strip()[:300]}"') if asked.strip() else \
+            _ANSWER_NOTE
+        turns[-1]["content"] += "\n" + note
     return turns, tools

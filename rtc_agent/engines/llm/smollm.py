@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rtc_agent.engines.assets import MissingAsset
-from rtc_agent.engines.llm.chat_template import template_turns
+from rtc_agent.engines.llm.chat_template import forced_call_prefix, template_turns
 from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.gguf_cache import cache_folder, load_folder, load_gguf
 from rtc_agent.engines.llm.job import CancelToken
@@ -203,7 +203,12 @@ class SmolLMEngine(ChatEngine):
     # generation -----------------------------------------------------------------------------------------------
 
     def encode(self, request: ChatRequest) -> list[int]:
-        """The prompt token ids of ``request`` (chat template with the generation prompt)."""
+        """The prompt token ids of ``request`` (chat template with the generation prompt and, for a forced
+        ``tool_choice``, the start of the call: :func:`~rtc_agent.engines.llm.chat_template.forced_call_prefix`)."""
+        return self._prompt(request)[0]
+
+    def _prompt(self, request: ChatRequest) -> tuple[list[int], str]:
+        """The prompt token ids and the text the reply starts with (the forced call prefix, or "")."""
         tok = self._tokenizer
         if tok is None:
             raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
@@ -213,7 +218,8 @@ class SmolLMEngine(ChatEngine):
         if tools and self._template_has_tools:
             kwargs["tools"] = tools
         text = tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **kwargs)
-        return list(tok(text, add_special_tokens=False)["input_ids"])
+        prefix = forced_call_prefix(request, tools)
+        return list(tok(text + prefix, add_special_tokens=False)["input_ids"]), prefix
 
     def generate(self, request: ChatRequest, cancel: CancelToken) -> Iterator[ChatDelta]:
         """See :meth:`ChatEngine.generate`. Greedy unless ``temperature`` > 0 (then sampled, with ``top_p``)."""
@@ -221,7 +227,7 @@ class SmolLMEngine(ChatEngine):
         model, tok = self._model, self._tokenizer
         if model is None:
             raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
-        prompt = self.encode(request)
+        prompt, prefix = self._prompt(request)
         room = self.max_context - len(prompt)
         if room < 1:
             raise EngineError(
@@ -229,6 +235,8 @@ class SmolLMEngine(ChatEngine):
                 code="context_length_exceeded", status=400,
             )
         max_new = min(request.max_tokens, room)
+        if prefix:  # the forced start of a tool call, already in the prompt: the reply's first text
+            yield ChatDelta(text=prefix)
         sampling = request.temperature is not None and request.temperature > 0
         processors = self._processors(request, sampling)
         all_ids = torch.tensor([prompt], dtype=torch.long)

@@ -11,6 +11,13 @@ environment: ``tts_voice`` / ``RTC_AGENT_TTS_VOICE`` (remote voice, default ``al
 or ``pcm``), ``tts_pcm_sample_rate`` (24000), ``tts_speed`` (base speed, 1.0), ``tts_timeout_s`` (30),
 ``tts_concurrency`` (remote requests at once, 4; Piper always 1: ONNX Runtime already uses every core),
 ``tts_threads`` (Piper's ONNX Runtime threads, 0 = one per core).
+
+Languages: the configured engine speaks ``tts_language`` (``en``: Piper's joe, the remote ``tts_voice``) and, for
+the remote engine, every language of ``tts_voices`` (``es=nova,...``). The multilingual Kokoro voice
+(:mod:`rtc_agent.engines.tts.kokoro`, worker engine ``"tts-kokoro"``, loaded at first use) speaks the others it
+reads well (``tts_multilingual``, ``kokoro_voices``, ``kokoro_threads``). :func:`voice_for` says which engine
+speaks a language natively, :func:`speech_languages` lists them all; no text is ever read by a voice of another
+language (engines refuse such requests with ``unsupported_language``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,18 @@ from rtc_agent.engines.tts.base import (
     check_text,
     decode_wav,
     encode_wav,
+    language_code,
+)
+from rtc_agent.engines.tts.kokoro import KokoroEngine
+from rtc_agent.engines.tts.languages import (
+    ENGINE_NAME,
+    KOKORO_ENGINE_NAME,
+    MULTILINGUAL_MODES,
+    engine_languages,
+    kokoro_threads,
+    kokoro_voices,
+    speech_languages,
+    voice_for,
 )
 from rtc_agent.engines.tts.openai import OpenAITTSEngine
 from rtc_agent.engines.tts.piper import PiperEngine
@@ -37,9 +56,12 @@ from rtc_agent.worker import EngineSpec
 
 __all__ = [
     "ENGINE_NAME",
+    "KOKORO_ENGINE_NAME",
     "MAX_SPEED",
     "MIN_SPEED",
+    "MULTILINGUAL_MODES",
     "ClauseSplitter",
+    "KokoroEngine",
     "OpenAITTSEngine",
     "PiperEngine",
     "SpeechSynthesizer",
@@ -50,12 +72,16 @@ __all__ = [
     "decode_wav",
     "encode_wav",
     "engine_spec",
+    "engine_specs",
+    "kokoro_spec",
+    "language_code",
     "speakable",
+    "speech_languages",
     "split_clauses",
     "spoken_text",
+    "voice_for",
 ]
 
-ENGINE_NAME = "tts"
 _EMBEDDED = ("embedded", "piper", "")
 
 
@@ -98,12 +124,15 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
         if threads is not None and threads < 1:
             raise SettingsError(f"tts_threads must be >= 0, got {threads}")
         # on the same CPU, a recognition (captions, a user turn, an interpretation chunk) starts first
-        return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads), max_queue=64,
-                          max_batch=1, concurrency=1)
+        language = next(iter(engine_languages(settings)))
+        return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads,
+                                                                 language=language),
+                          max_queue=64, max_batch=1, concurrency=1)
     if kind == "openai":
         if not settings.tts_url.strip():
             raise SettingsError("tts_engine 'openai' needs tts_url (e.g. --tts-url http://host:8000/v1)")
         concurrency = int(_number(settings, "concurrency", 4))
+        languages = engine_languages(settings)
         options: dict[str, Any] = {
             "model": settings.tts_model.strip() or "tts-1",
             "voice": _option(settings, "voice", "alloy"),
@@ -112,6 +141,8 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
             "response_format": _option(settings, "response_format", "wav").lower(),
             "pcm_sample_rate": int(_number(settings, "pcm_sample_rate", 24000)),
             "timeout_s": _number(settings, "timeout_s", 30.0),
+            "language": next(iter(languages)),
+            "voices": {code: voice for code, voice in languages.items() if voice},
         }
         url = settings.tts_url.strip()
         try:
@@ -121,3 +152,27 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
         return EngineSpec(name=name, factory=lambda: OpenAITTSEngine(url, **options), max_queue=64, max_batch=1,
                           concurrency=max(1, concurrency))
     raise SettingsError(f"unknown tts_engine {settings.tts_engine!r}: use 'embedded' (Piper) or 'openai'")
+
+
+def kokoro_spec(settings: Settings) -> EngineSpec:
+    """The worker registration of the multilingual Kokoro voice (``"tts-kokoro"``; loads at first use): the
+    languages and voices of ``kokoro_voices``, ``kokoro_threads`` CPU threads, one clause at a time."""
+    voices = kokoro_voices(settings)
+    threads = kokoro_threads(settings)
+    speed = _number(settings, "speed", 1.0)
+    cache_dir = settings.cache_dir
+
+    def factory() -> KokoroEngine:
+        return KokoroEngine(cache_dir=cache_dir, voices=voices, languages=tuple(voices), speed=speed,
+                            threads=threads)
+
+    factory()  # validates the voices and languages now; cheap, loads nothing
+    return EngineSpec(name=KOKORO_ENGINE_NAME, factory=factory, max_queue=64, max_batch=1, concurrency=1)
+
+
+def engine_specs(settings: Settings) -> list[EngineSpec]:
+    """The configured engine's registration, plus Kokoro's when :func:`speech_languages` routes a language to it."""
+    specs = [engine_spec(settings)]
+    if KOKORO_ENGINE_NAME in speech_languages(settings).values():
+        specs.append(kokoro_spec(settings))
+    return specs

@@ -11,7 +11,8 @@ interleave fairly in the worker queue, and barge-in cancels the clauses not yet 
 short). :class:`~rtc_agent.engines.tts.stream.SpeechSynthesizer` does exactly that on top of the worker.
 
 Errors are :class:`~rtc_agent.errors.EngineError` instances with stable codes (the worker keeps them):
-``empty_text`` and ``text_too_long`` (400, the request's fault), ``unknown_voice`` (400), and for the remote engine
+``empty_text`` and ``text_too_long`` (400, the request's fault), ``unknown_voice`` (400), ``unsupported_language``
+(400: the engine has no voice of the request's language), and for the remote engine
 ``tts_unreachable``, ``engine_timeout``, ``tts_unauthorized``, ``tts_not_found``, ``tts_bad_request``, ``tts_busy``
 (503 with ``retry_after``), ``tts_server_error``, ``tts_bad_audio``.
 """
@@ -21,33 +22,40 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import re
 import struct
 import wave
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from rtc_agent.errors import EngineError
+from rtc_agent.worker.engine import run_each
 
 __all__ = [
     "MAX_SPEED",
     "MAX_TEXT_CHARS",
     "MIN_SPEED",
+    "OneAtATime",
     "Synthesis",
     "SynthesisRequest",
     "TTSEngine",
+    "check_language",
     "check_text",
     "decode_wav",
     "effective_speed",
     "encode_wav",
+    "language_code",
     "to_mono_int16",
+    "unsupported_language",
 ]
 
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
 MAX_TEXT_CHARS = 2000  # per request; callers speak long texts clause by clause
+_LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +66,20 @@ class SynthesisRequest:
       text with nothing to say (``empty_text``) or longer than their limit (``text_too_long``).
     - ``speed``: 1.0 is the voice's natural rate, 1.25 is 25% faster (shorter audio); ``MIN_SPEED``..``MAX_SPEED``
       (the OpenAI range). Interpretation raises it to catch up when its speech lags.
-    - ``voice``: a voice name for engines that have several; ``None`` is the engine's configured voice.
+    - ``voice``: a voice name for engines that have several; ``None`` is the engine's configured voice (for a
+      ``language``: the engine's voice of that language).
+    - ``language``: the ISO 639-1 code of the text (``es``; a region such as ``es-MX`` is allowed); ``None`` is the
+      engine's own language. An engine that does not speak the language fails the request with
+      ``unsupported_language`` (400) rather than read it with a voice of another language; pick the engine with
+      :func:`rtc_agent.engines.tts.voice_for`.
 
-    Raises ``ValueError`` on a non-string text or a speed outside the range.
+    Raises ``ValueError`` on a non-string text, a speed outside the range or a malformed language code.
     """
 
     text: str
     speed: float = 1.0
     voice: str | None = None
+    language: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -76,6 +90,10 @@ class SynthesisRequest:
                              f"got {self.speed!r}")
         if self.voice is not None and not isinstance(self.voice, str):
             raise ValueError(f"SynthesisRequest.voice must be a str or None, got {type(self.voice).__name__}")
+        if self.language is not None and (not isinstance(self.language, str)
+                                          or not _LANGUAGE_CODE.fullmatch(self.language)):
+            raise ValueError(f"SynthesisRequest.language must be an ISO 639-1 code such as 'es' or 'pt-BR', or None, "
+                             f"got {self.language!r}")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -150,6 +168,32 @@ class TTSEngine(Protocol):
     def close(self) -> None: ...
 
 
+class OneAtATime:
+    """``synthesize`` and ``run_batch`` for an embedded engine that speaks one request at a time: a subclass sets
+    ``loaded`` (True after ``load``) and implements ``_synthesize(request)``."""
+
+    @property
+    def loaded(self) -> bool:
+        raise NotImplementedError
+
+    def _synthesize(self, request: SynthesisRequest) -> Synthesis:
+        raise NotImplementedError
+
+    def _require_loaded(self) -> None:
+        if not self.loaded:
+            raise RuntimeError(f"{type(self).__name__}.load() has not been called")
+
+    def synthesize(self, request: SynthesisRequest) -> Synthesis:
+        """Synthesize one request (blocking). ``EngineError`` for a bad request, ``RuntimeError`` before ``load``."""
+        self._require_loaded()
+        return self._synthesize(request)
+
+    def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
+        """One ``Synthesis`` or ``Exception`` per request, in order (run one after the other)."""
+        self._require_loaded()
+        return run_each(requests, self._synthesize, kind=SynthesisRequest)
+
+
 def check_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
     """``text`` stripped, or ``EngineError`` ``empty_text`` (nothing a voice can say: empty, whitespace, only
     punctuation/symbols) / ``text_too_long`` (more than ``max_chars`` characters), both with status 400."""
@@ -163,6 +207,30 @@ def check_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
             "split it into clauses (rtc_agent.engines.tts.text.ClauseSplitter)", code="text_too_long", status=400,
         )
     return stripped
+
+
+def language_code(language: str) -> str:
+    """The ISO 639-1 part of a language tag: ``es``, ``ES``, ``es-MX`` and ``es_mx`` all give ``es``."""
+    return language.strip().lower().replace("_", "-").split("-")[0]
+
+
+def unsupported_language(engine: str, language: str | None, spoken: Collection[str]) -> EngineError:
+    """The error of a request in a language ``engine`` has no voice for (``unsupported_language``, 400)."""
+    said = f"language {language!r}" if language else "a request without a language"
+    return EngineError(f"the {engine} engine has no voice for {said} (it speaks {', '.join(spoken) or 'none'}); "
+                       "pick the engine with rtc_agent.engines.tts.voice_for", code="unsupported_language",
+                       status=400)
+
+
+def check_language(engine: str, language: str | None, spoken: Collection[str]) -> str | None:
+    """``language_code(language)`` when ``spoken`` holds it, ``None`` for a request without a language; else
+    :func:`unsupported_language`."""
+    if language is None:
+        return None
+    code = language_code(language)
+    if code not in spoken:
+        raise unsupported_language(engine, language, spoken)
+    return code
 
 
 def effective_speed(base: float, requested: float) -> float:

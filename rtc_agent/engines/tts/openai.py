@@ -19,7 +19,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,9 +32,11 @@ from rtc_agent.engines.tts.base import (
     MIN_SPEED,
     Synthesis,
     SynthesisRequest,
+    check_language,
     check_text,
     decode_wav,
     effective_speed,
+    language_code,
 )
 from rtc_agent.errors import EngineError
 from rtc_agent.redact import redact_text, redact_url, register_secret, register_url_secrets
@@ -65,6 +67,10 @@ class OpenAITTSEngine:
     - ``max_response_bytes``: larger bodies fail with ``tts_bad_audio`` (a bound, not a normal limit: 64 MB is
       over 20 minutes of 24 kHz audio).
     - ``max_chars``: longest text accepted in one request (``text_too_long`` above).
+    - ``language``: the ISO 639-1 language of ``voice`` (``en``); ``voices``: more languages the server speaks,
+      language -> voice. A request's ``language`` picks its voice (its own ``voice`` still wins); a language in
+      neither fails with ``unsupported_language`` before anything is sent. The language itself is not sent: the
+      OpenAI API has no such field, and the voice is what speaks it.
 
     ``load`` checks that the server answers (any HTTP status counts; a refused connection fails the load with
     ``tts_unreachable``). Requests of a batch run one after the other; run several batches at once with the
@@ -75,7 +81,8 @@ class OpenAITTSEngine:
     def __init__(self, url: str, *, model: str = "tts-1", voice: str = "alloy", api_key: str = "",
                  speed: float = 1.0, response_format: str = "wav", pcm_sample_rate: int = 24000,
                  timeout_s: float = 30.0, connect_timeout_s: float = 5.0, max_response_bytes: int = 64 * 1024 * 1024,
-                 max_chars: int = MAX_TEXT_CHARS, check_on_load: bool = True) -> None:
+                 max_chars: int = MAX_TEXT_CHARS, check_on_load: bool = True, language: str = "en",
+                 voices: Mapping[str, str] | None = None) -> None:
         self.url = speech_url(url)
         self.shown_url = redact_url(self.url)  # for messages, progress and repr: no user-info, no query values
         if not MIN_SPEED <= speed <= MAX_SPEED:
@@ -90,6 +97,8 @@ class OpenAITTSEngine:
             raise ValueError("max_response_bytes must be >= 1024 and max_chars >= 1")
         self.model = model or "tts-1"
         self.voice = voice or "alloy"
+        self.language = language_code(language)
+        self.voices = {language_code(code): name for code, name in (voices or {}).items() if name}
         self.speed = speed
         self.response_format = response_format
         self.pcm_sample_rate = pcm_sample_rate
@@ -197,7 +206,8 @@ class OpenAITTSEngine:
     def synthesize(self, request: SynthesisRequest) -> Synthesis:
         """One request (blocking); raises ``EngineError`` on any failure."""
         text = check_text(request.text, self.max_chars)
-        voice = request.voice or self.voice
+        language = check_language("remote TTS", request.language, (self.language, *self.voices))
+        voice = request.voice or (self.voices.get(language) if language else None) or self.voice
         body: dict[str, Any] = {"model": self.model, "input": text, "voice": voice,
                                 "response_format": self.response_format}
         speed = effective_speed(self.speed, request.speed)

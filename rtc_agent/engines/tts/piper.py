@@ -23,14 +23,16 @@ from rtc_agent.engines.tts.base import (
     MAX_SPEED,
     MAX_TEXT_CHARS,
     MIN_SPEED,
+    OneAtATime,
     Synthesis,
     SynthesisRequest,
+    check_language,
     check_text,
     effective_speed,
+    language_code,
     to_mono_int16,
 )
 from rtc_agent.errors import EngineError
-from rtc_agent.worker.engine import run_each
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def default_voice_paths() -> tuple[Path, Path]:
     return model, config
 
 
-class PiperEngine:
+class PiperEngine(OneAtATime):
     """Piper voice as a worker engine (``rtc_agent.worker.Engine``): ``SynthesisRequest`` in, ``Synthesis`` out.
 
     - ``model_path``/``config_path``: a Piper ``.onnx`` voice and its ``.onnx.json`` (default: the packaged joe
@@ -64,6 +66,8 @@ class PiperEngine:
     - ``warmup``: synthesize one phrase during ``load`` so the first real request is as fast as the later ones.
     - ``noise``: False turns off the voice's random variation (generator and phoneme-length noise), so the same
       text always gives the same audio (benchmarks compare runs); a little flatter to the ear.
+    - ``language``: the ISO 639-1 language of the voice (``en`` for joe); a request in another language fails
+      with ``unsupported_language`` (a request without a language is read as this one).
 
     Speed maps to Piper's ``length_scale`` (voice default / speed). Requests in one batch run one after the other;
     each failed request (``empty_text``, ``text_too_long``, ``unknown_voice``) becomes an ``EngineError`` in its
@@ -75,7 +79,8 @@ class PiperEngine:
 
     def __init__(self, model_path: str | Path | None = None, config_path: str | Path | None = None, *,
                  speed: float = 1.0, volume: float = 0.9, threads: int | None = None,
-                 max_chars: int = MAX_TEXT_CHARS, warmup: bool = True, noise: bool = True) -> None:
+                 max_chars: int = MAX_TEXT_CHARS, warmup: bool = True, noise: bool = True,
+                 language: str = "en") -> None:
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise ValueError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
         if not 0.0 < volume <= 1.0:
@@ -92,6 +97,7 @@ class PiperEngine:
         self.max_chars = max_chars
         self.warmup = warmup
         self.noise = noise
+        self.language = language_code(language)
         self.voice = (self._model_path.name.removesuffix(".onnx") if self._model_path
                       else DEFAULT_VOICE_FILE.removesuffix(".onnx"))
         self._piper: Any = None  # piper.PiperVoice once loaded
@@ -168,6 +174,7 @@ class PiperEngine:
         from piper import SynthesisConfig
 
         text = check_text(request.text, self.max_chars)
+        check_language("Piper", request.language, (self.language,))
         # Piper reads "[[ ... ]]" as raw phonemes; text from an LLM or a translation is always text
         spoken = text.replace("[[", "[ [").replace("]]", "] ]")
         speaker = self._speaker_id(request.voice)
@@ -185,19 +192,6 @@ class PiperEngine:
         return Synthesis(pcm=pcm, sample_rate=self.sample_rate, text=text, voice=request.voice or self.voice,
                          speed=speed, compute_s=time.perf_counter() - start,
                          extra={"sentences": len(chunks)})
-
-    def synthesize(self, request: SynthesisRequest) -> Synthesis:
-        """Synthesize one request (blocking). Raises ``EngineError`` for a bad request, ``RuntimeError`` before
-        ``load``."""
-        if self._piper is None:
-            raise RuntimeError("PiperEngine.load() has not been called")
-        return self._synthesize(request)
-
-    def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
-        """One ``Synthesis`` or ``Exception`` per request, in order (run one after the other)."""
-        if self._piper is None:
-            raise RuntimeError("PiperEngine.load() has not been called")
-        return run_each(requests, self._synthesize, kind=SynthesisRequest)
 
     def close(self) -> None:
         """Drop the ONNX session."""

@@ -35,12 +35,15 @@ class SpeechSynthesizer:
     - ``lookahead``: how many synthesized or pending clauses may wait for the consumer; when they are all
       waiting, reading more text waits too (backpressure: at most ``lookahead + 2`` clauses are in flight).
     - ``voice``: default voice for requests (``None``: the engine's own).
+    - ``language``: default ISO 639-1 language of the text (``None``: the engine's own); pick ``engine`` for it
+      with :func:`rtc_agent.engines.tts.voice_for` (an engine that does not speak it fails each clause with
+      ``unsupported_language``).
 
     Errors are the worker's: ``EngineError`` (with the engine's code, e.g. ``empty_text``), ``AtCapacity``.
     """
 
     def __init__(self, worker: Any, engine: str = "tts", *, timeout_s: float = 30.0, lookahead: int = 3,
-                 voice: str | None = None) -> None:
+                 voice: str | None = None, language: str | None = None) -> None:
         if lookahead < 1:
             raise ValueError(f"lookahead must be >= 1, got {lookahead!r}")
         if timeout_s <= 0:
@@ -50,14 +53,19 @@ class SpeechSynthesizer:
         self.timeout_s = timeout_s
         self.lookahead = lookahead
         self.voice = voice
+        self.language = language
 
-    async def synthesize(self, text: str, *, speed: float = 1.0, voice: str | None = None) -> Synthesis:
-        """Speech for ``text`` in one request (send speakable text: see ``text.speakable``)."""
-        request = SynthesisRequest(text, speed=speed, voice=voice if voice is not None else self.voice)
+    async def synthesize(self, text: str, *, speed: float = 1.0, voice: str | None = None,
+                         language: str | None = None) -> Synthesis:
+        """Speech for ``text`` in one request (send speakable text: see ``text.speakable``); ``voice`` and
+        ``language`` default to the synthesizer's."""
+        request = SynthesisRequest(text, speed=speed, voice=voice if voice is not None else self.voice,
+                                   language=language if language is not None else self.language)
         return await self.worker.call(self.engine, request, timeout=self.timeout_s)
 
     async def stream(self, text: str | Iterable[str] | AsyncIterable[str], *, speed: Speed = 1.0,
-                     voice: str | None = None, splitter: ClauseSplitter | None = None) -> AsyncIterator[Synthesis]:
+                     voice: str | None = None, splitter: ClauseSplitter | None = None,
+                     language: str | None = None) -> AsyncIterator[Synthesis]:
         """Yield one :class:`Synthesis` per clause of ``text`` (a string, or an iterable / async iterable of deltas),
         in order. ``Synthesis.text`` is the clause as spoken.
 
@@ -70,10 +78,11 @@ class SpeechSynthesizer:
         splitter = splitter or ClauseSplitter()
         queue: asyncio.Queue[asyncio.Task[Synthesis] | _End] = asyncio.Queue(maxsize=self.lookahead)
         voice = voice if voice is not None else self.voice
+        language = language if language is not None else self.language
 
         def submit(clause: str) -> asyncio.Task[Synthesis]:
             current = speed() if callable(speed) else speed
-            return asyncio.ensure_future(self.synthesize(clause, speed=current, voice=voice))
+            return asyncio.ensure_future(self.synthesize(clause, speed=current, voice=voice, language=language))
 
         async def enqueue(clause: str) -> None:
             task = submit(clause)

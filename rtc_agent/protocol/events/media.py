@@ -79,6 +79,12 @@ class CaptionTranslation(ServerEvent):
     text: str
     audio_start_ms: int | None = None
     audio_end_ms: int | None = None
+    source_text: str | None = None  # the speaker's words this translates (the segment's caption, as far as known)
+    source_language: str | None = None
+    route: Literal["speech", "text"] | None = None  # speech translation of the audio, or text translation of finals
+    engine: str | None = None
+    lag_ms: int | None = None  # how far behind the speaker this text came (speaker's clock, ms)
+    replayed: bool = False  # sent to a late joiner from the room's transcript
 
 
 # --- visual commentary -----------------------------------------------------------------------------------------
@@ -153,8 +159,42 @@ class TranslationSpeechCatchup(ServerEvent):
     """
 
     type: Literal["translation.speech.catchup"] = "translation.speech.catchup"
-    action: Literal["speed", "skip", "normal"]
+    action: Literal["speed", "skip", "normal", "drop"]
     lag_ms: int
     speed: float = 1.0
     skipped_text: str = ""
     audio_end_ms: int | None = None
+    speaker: dict[str, str] | None = None  # app ``call``: whose interpretation
+    segment_id: str | None = None
+    #: ``drop`` (app ``call``): the interpretation fell so far behind that this caption was not translated at all
+    #: (``skipped_text`` is its source text); ``reason``: ``behind`` or ``muted`` (the speaker muted: its pending
+    #: captions go first).
+    reason: str | None = None
+
+
+class TranslationSpeechStarted(ServerEvent):
+    """Spoken interpretation of one text is queued on this session's audio track: it starts playing after
+    ``starts_in_ms`` of speech already queued ahead of it (``utterance_id`` matches the first
+    ``output_audio_buffer.started`` of it). Pages duck the original voice of ``speaker`` from then until
+    ``translation.speech.done``."""
+
+    type: Literal["translation.speech.started"] = "translation.speech.started"
+    utterance_id: str
+    starts_in_ms: int = 0
+    text: str = ""
+    language: str | None = None
+    segment_id: str | None = None
+    speaker: dict[str, str] | None = None
+
+
+class TranslationSpeechDone(ServerEvent):
+    """The spoken interpretation that ``translation.speech.started`` announced has played (or was cut:
+    ``cleared``); ``sent_ms``: how much of it was sent."""
+
+    type: Literal["translation.speech.done"] = "translation.speech.done"
+    utterance_id: str
+    sent_ms: int = 0
+    cleared: bool = False
+    language: str | None = None
+    segment_id: str | None = None
+    speaker: dict[str, str] | None = None

@@ -62,9 +62,11 @@ export const BROWSER_TOOLS = {
   }),
 };
 
-/** The conversation shown on the page as a record: bubbles in order, and the tool calls with their results. */
+/** The conversation shown on the page as a record: bubbles in order (those with text: a cancelled reply that
+ * said nothing, or a turn still being transcribed, is no part of it), and the tool calls with their results. */
 export function conversationRecord(conversation, toolCards) {
-  const items = [...(conversation?.querySelectorAll(".bubble") || [])].map((b) => ({
+  const said = (b) => !b.classList.contains("pending") && (b.querySelector(".bubble-text")?.textContent || "").trim();
+  const items = [...(conversation?.querySelectorAll(".bubble") || [])].filter(said).map((b) => ({
     role: b.classList.contains("user") ? "user" : "assistant",
     text: b.querySelector(".bubble-text")?.textContent || "",
     ...(b.dataset.status ? { status: b.dataset.status } : {}),
@@ -88,9 +90,10 @@ export function conversationRecord(conversation, toolCards) {
   return { items, tool_calls: tools };
 }
 
-/** The record as plain text: one line per turn, tool calls indented. */
+/** The record as plain text: one line per turn that said something, tool calls indented. */
 export function conversationText(record) {
-  const lines = record.items.map((i) => `${i.role === "user" ? "You" : "Agent"}: ${i.text}`);
+  const lines = record.items.filter((i) => (i.text || "").trim())
+    .map((i) => `${i.role === "user" ? "You" : "Agent"}: ${i.text.trim()}`);
   for (const t of record.tool_calls) {
     lines.push(`  [tool ${t.name}] ${JSON.stringify(t.arguments)} -> ${JSON.stringify(t.output)}`);
   }
@@ -198,9 +201,13 @@ export function mount({ client, meters, $, setMuted, download, copyText, announc
     if (b) {
       b.classList.remove("streaming");
       b.dataset.status = r.status || "completed";
-      if (r.status && r.status !== "completed") b.append(el("div", "bubble-note", r.status));
-      if (!b.querySelector(".bubble-text").textContent.trim() && r.status === "completed") b.remove();
-      else announce?.(b.querySelector(".bubble-text").textContent); // the finished reply, once
+      // a reply that said nothing (cancelled before its first word, or only tool calls) leaves no bubble;
+      // a failed one keeps its note beside the error
+      if (!b.querySelector(".bubble-text").textContent.trim() && r.status !== "failed") b.remove();
+      else {
+        if (r.status && r.status !== "completed") b.append(el("div", "bubble-note", r.status));
+        announce?.(b.querySelector(".bubble-text").textContent); // the finished reply, once
+      }
     }
     responses.delete(r.id);
     responses.delete("_latest");

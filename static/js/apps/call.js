@@ -2,66 +2,26 @@
 // by the server as room.signal); this page's own session with the server carries the microphone up (captions
 // of my speech for everyone, interpretation for listeners of other languages) and interpretation speech down
 // (played by page.js on #remote-audio). Events: DESIGN.md section 4, "Calls".
-//
-// A join link is /call?room=NAME#join=rj_...: the fragment's join token is exchanged for this participant's
-// single-use client token (POST /v1/tokens with Authorization: Bearer rj_...), so people without an API key or
-// page sign-in can join that room, and only that room, until the link expires.
+// Join links: call/room-links.js. What a listener hears: call/listen-choice.js; ducking while interpretation
+// plays: ducking.js; how late a speaker's captions or interpretation are: lag-badges.js.
 
-import { el, stickToEnd, trimChildren } from "../dom.js";
-import { audioContext } from "../meters.js";
+import { ListenChoice } from "../call/listen-choice.js";
+import { RECONNECT_REASONS, Reconnector } from "../call/reconnect.js";
+import { clientTokenFetcher, downloadTranscript, roomFromLocation, shareLink } from "../call/room-links.js";
+import { SpeakingIndicators } from "../call/speaking.js";
+import { store } from "../call/store.js";
+import { makeRemoteTile, renderLag, renderTile } from "../call/tiles.js";
+import { transcriptLine } from "../call/transcript-lines.js";
+import { Ducking, speakerId } from "../ducking.js";
+import { LagBadges } from "../lag-badges.js";
+import { pickListenOption, trackEffectiveConfig } from "../listen-languages.js";
 import { Mesh } from "../mesh.js";
-import { AgentError } from "../rtc-client.js";
 
-const MAX_LINES = 500;
-const DUCK_VOLUME = 0.15; // the original voice under the interpretation, as interpreters' booths do
-const SPEAKING_RMS = 0.015;
-const RECONNECT_DELAYS_S = [1, 2, 4, 8, 15, 30];
-const RECONNECT_REASONS = new Set(["server_shutdown", "heartbeat_lost", "internal_error", "ice_failed", "peer_closed"]);
+const DUCK_VOLUME = 0.15; // the original voice under the interpretation while it plays (ducking.js)
 
-const store = {
-  get(key, fallback) {
-    try {
-      return localStorage.getItem(`rtc-agent.call.${key}`) ?? fallback;
-    } catch {
-      return fallback;
-    }
-  },
-  set(key, value) {
-    try {
-      localStorage.setItem(`rtc-agent.call.${key}`, value);
-    } catch {
-      /* private mode */
-    }
-  },
-};
-
-function randomRoom() {
-  const bytes = new Uint8Array(5);
-  crypto.getRandomValues(bytes);
-  return `room-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
-function clock(date = new Date()) {
-  return date.toTimeString().slice(0, 8);
-}
-
-function baseLanguage(code) {
-  return String(code || "").split("-")[0].toLowerCase();
-}
-
-function pickOption(select, value) {
-  if (select && [...select.options].some((o) => o.value === value)) select.value = value;
-}
-
-export function mount({ client, log, devices, errors, $ }) {
+export function mount({ client, config, log, devices, errors, $ }) {
   // ------------------------------------------------------------ room, link, identity
-  const params = new URLSearchParams(location.search);
-  const room = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/.test(params.get("room") || "") ? params.get("room") : randomRoom();
-  const joinToken = new URLSearchParams(location.hash.slice(1)).get("join");
-  if (params.get("room") !== room) {
-    params.set("room", room);
-    history.replaceState(null, "", `${location.pathname}?${params}${location.hash}`);
-  }
+  const { room, joinToken, params } = roomFromLocation();
   $("room-name").textContent = room;
   document.body.dataset.room = room;
 
@@ -69,33 +29,15 @@ export function mount({ client, log, devices, errors, $ }) {
   const speakSelect = $("speak-language");
   const listenSelect = $("listen-language");
   const interpretBox = $("hear-interpretation");
-  const browserLanguage = baseLanguage(navigator.language || "en");
+  const textOnlyBox = $("listen-text-only");
+  const browserLanguage = String(navigator.language || "en").split("-")[0].toLowerCase();
   nameInput.value = params.get("name") || store.get("name", "");
-  pickOption(speakSelect, params.get("speak") || store.get("speak", browserLanguage));
-  pickOption(listenSelect, params.get("hear") || store.get("hear", browserLanguage));
-  if (!listenSelect.value) listenSelect.value = "en";
-
-  // This participant's client token names the room (the call app's config needs it); with a join link, the
-  // link's token pays for it (no sign-in needed), otherwise the page sign-in cookie or open mode does.
-  client.fetchClientToken = async () => {
-    const headers = { "Content-Type": "application/json", Accept: "application/json" };
-    if (joinToken) headers.Authorization = `Bearer ${joinToken}`;
-    const res = await fetch("/v1/tokens", {
-      method: "POST",
-      credentials: "same-origin",
-      headers,
-      body: JSON.stringify({ app: "call", config: { room } }),
-    });
-    if (!res.ok) {
-      const body = await res.json().catch(() => ({}));
-      const what = joinToken ? "The join link was refused" : "No client token";
-      const error = body.error || {};
-      throw new AgentError(`${what}: ${error.message || `HTTP ${res.status}`}`, {
-        type: error.type || "http_error", code: error.code || `http_${res.status}`, status: res.status,
-      });
-    }
-    return (await res.json()).value;
-  };
+  pickListenOption(speakSelect, params.get("speak") || store.get("speak", browserLanguage));
+  const listen = new ListenChoice({
+    select: listenSelect, textOnlyBox, noteEl: $("listen-quality"), capabilities: config && config.capabilities,
+    preferred: [params.get("hear"), store.get("hear", null), browserLanguage],
+  });
+  client.fetchClientToken = clientTokenFetcher(room, joinToken);
 
   // ------------------------------------------------------------ local media: audio to the server, all to the mesh
   let local = { stream: null, audioTrack: null, videoTrack: null };
@@ -116,18 +58,18 @@ export function mount({ client, log, devices, errors, $ }) {
   devices.addEventListener("change", (ev) => {
     const { stream, audioTrack, videoTrack } = ev.detail;
     local = { stream, audioTrack, videoTrack };
-    watchLevel("self", audioTrack ? stream : null);
+    speaking.watch("self", audioTrack ? stream : null);
   });
 
   // ------------------------------------------------------------ tiles
   const tilesEl = $("tiles");
   const selfTile = $("tile-self");
   const tiles = new Map(); // participant id -> {el, video, info}
-  const interpreted = new Set(); // speakers whose interpretation this page has received
   let myId = null;
   let participants = new Map();
 
   const tileFor = (id) => (id && id === myId ? selfTile : tiles.get(id)?.el || null);
+  const speaking = new SpeakingIndicators((id) => (id === "self" ? selfTile : tiles.get(id)?.el || null));
 
   const renderCount = () => {
     const n = tiles.size + 1;
@@ -137,45 +79,27 @@ export function mount({ client, log, devices, errors, $ }) {
     count.textContent = myId ? `${n} in the call` : "";
   };
 
-  const renderFlags = (tile, info) => {
-    const flags = [];
-    if (info.language && info.language !== "auto") flags.push(info.language);
-    if (info.mic_muted) flags.push("muted");
-    tile.querySelector(".tile-flags").textContent = flags.join(" · ");
-    tile.dataset.cameraMuted = info.camera_muted ? "true" : "false";
-    tile.dataset.micMuted = info.mic_muted ? "true" : "false";
-  };
-
-  const applyDucking = () => {
-    for (const [id, { el: tile, video }] of tiles) {
-      const ducked = interpretBox.checked && interpreted.has(id);
-      video.volume = ducked ? DUCK_VOLUME : 1.0;
-      tile.dataset.ducked = ducked ? "true" : "false";
-    }
-  };
+  // A voice goes down only while its interpretation plays (translation.speech.started .. done).
+  const ducking = new Ducking({
+    enabled: () => interpretBox.checked && !listen.textOnly,
+    apply: (id, ducked) => {
+      const entry = tiles.get(id);
+      if (!entry) return;
+      entry.video.volume = ducked ? DUCK_VOLUME : 1.0;
+      entry.el.dataset.ducked = String(ducked);
+    },
+  });
+  const lags = new LagBadges((id, lag) => renderLag(tileFor(id), lag));
 
   const addTile = (info) => {
     let entry = tiles.get(info.participant_id);
     if (!entry) {
-      const tile = el("figure", "tile remote");
-      tile.dataset.participantId = info.participant_id;
-      tile.dataset.speaking = "false";
-      const video = el("video");
-      video.autoplay = true;
-      video.playsInline = true;
-      const name = el("figcaption", "tile-name");
-      name.append(el("span", "speaking-dot"), el("span", "name"), el("span", "tile-flags"));
-      const caption = el("div", "tile-caption");
-      caption.setAttribute("aria-live", "polite");
-      caption.append(el("span", "final"), document.createTextNode(" "), el("span", "partial"), el("div", "translation"));
-      tile.append(video, name, caption);
-      tilesEl.append(tile);
-      entry = { el: tile, video, info };
+      entry = { ...makeRemoteTile(info.participant_id), info };
+      tilesEl.append(entry.el);
       tiles.set(info.participant_id, entry);
     }
     entry.info = info;
-    entry.el.querySelector(".name").textContent = info.name;
-    renderFlags(entry.el, info);
+    renderTile(entry.el, info);
     renderCount();
     return entry;
   };
@@ -183,11 +107,12 @@ export function mount({ client, log, devices, errors, $ }) {
   const removeTile = (id) => {
     const entry = tiles.get(id);
     if (!entry) return;
-    watchLevel(id, null);
+    speaking.watch(id, null);
     entry.video.srcObject = null;
+    ducking.forget(id);
+    lags.forget(id);
     entry.el.remove();
     tiles.delete(id);
-    interpreted.delete(id);
     renderCount();
   };
 
@@ -195,58 +120,17 @@ export function mount({ client, log, devices, errors, $ }) {
     if (mesh) mesh.closeAll();
     mesh = null;
     for (const id of [...tiles.keys()]) removeTile(id);
+    ducking.clear();
+    lags.clear();
     participants = new Map();
     myId = null;
     selfTile.dataset.participantId = "";
     renderCount();
   };
 
-  // ------------------------------------------------------------ speaking indicators (WebAudio levels)
-  const levels = new Map(); // id -> {source, analyser, buffer, lastLoud}
-  function watchLevel(id, stream) {
-    const old = levels.get(id);
-    if (old) {
-      old.source.disconnect();
-      levels.delete(id);
-    }
-    const ctx = stream && stream.getAudioTracks().length ? audioContext() : null;
-    if (!ctx) return;
-    const source = ctx.createMediaStreamSource(stream);
-    const analyser = ctx.createAnalyser();
-    analyser.fftSize = 1024;
-    source.connect(analyser);
-    levels.set(id, { source, analyser, buffer: new Float32Array(analyser.fftSize), lastLoud: 0 });
-  }
-  setInterval(() => {
-    const now = performance.now();
-    for (const [id, meter] of levels) {
-      meter.analyser.getFloatTimeDomainData(meter.buffer);
-      let sum = 0;
-      for (const v of meter.buffer) sum += v * v;
-      const rms = Math.sqrt(sum / meter.buffer.length);
-      if (rms > SPEAKING_RMS) meter.lastLoud = now;
-      const tile = id === "self" ? selfTile : tiles.get(id)?.el;
-      if (tile) tile.dataset.speaking = now - meter.lastLoud < 400 ? "true" : "false";
-    }
-  }, 120);
-
   // ------------------------------------------------------------ transcript
   const transcript = $("room-transcript");
-  const lineFor = (speaker, segmentId, create = true) => {
-    const key = `${speaker.participant_id}:${segmentId}`;
-    let li = transcript.querySelector(`li[data-key="${CSS.escape(key)}"]`);
-    if (!li && create) {
-      li = el("li", "segment partial");
-      li.dataset.key = key;
-      li.dataset.speaker = speaker.participant_id;
-      const body = el("span", "segment-text");
-      body.append(el("span", "text"), el("span", "tr"));
-      li.append(el("span", "segment-time", clock()), el("span", "who", speaker.name), body);
-      stickToEnd(transcript, () => transcript.append(li));
-      trimChildren(transcript, MAX_LINES);
-    }
-    return li;
-  };
+  const lineFor = (speaker, segmentId) => transcriptLine(transcript, speaker, segmentId);
 
   // ------------------------------------------------------------ server events
   client.on("room.joined", async (ev) => {
@@ -255,7 +139,7 @@ export function mount({ client, log, devices, errors, $ }) {
     selfTile.dataset.participantId = myId;
     participants = new Map(ev.participants.map((p) => [p.participant_id, p]));
     for (const p of ev.participants) {
-      if (p.participant_id === myId) renderFlags(selfTile, p);
+      if (p.participant_id === myId) renderTile(selfTile, p, { withName: false });
       else addTile(p);
     }
     renderCount();
@@ -269,6 +153,7 @@ export function mount({ client, log, devices, errors, $ }) {
     mesh = new Mesh({
       selfId: myId,
       rtcConfig,
+      refreshConfig: () => client.refreshIceServers(), // TURN credentials expire (turn_ttl_s): ice-servers.js
       stream: local.stream,
       signal: (to, kind, payload) => client.send({ type: "room.signal", to, kind, payload }),
     });
@@ -276,8 +161,7 @@ export function mount({ client, log, devices, errors, $ }) {
       const entry = tiles.get(detail.id) || addTile(participants.get(detail.id) || { participant_id: detail.id, name: "?" });
       if (entry.video.srcObject !== detail.stream) entry.video.srcObject = detail.stream;
       entry.video.play().catch((err) => log.note(`remote media autoplay blocked: ${err.message}`, "warn"));
-      if (detail.track.kind === "audio") watchLevel(detail.id, detail.stream);
-      applyDucking();
+      if (detail.track.kind === "audio") speaking.watch(detail.id, detail.stream);
     });
     mesh.addEventListener("state", ({ detail }) => {
       const entry = tiles.get(detail.id);
@@ -311,15 +195,16 @@ export function mount({ client, log, devices, errors, $ }) {
     const info = ev.participant;
     const before = participants.get(info.participant_id);
     participants.set(info.participant_id, info);
-    // A speaker who now speaks another language has a new interpretation (or none): its voice stays at full
+    // A speaker who now speaks another language has a new interpretation (or none): its voice goes back to full
     // volume until that interpretation speaks.
-    if (before && before.language !== info.language && interpreted.delete(info.participant_id)) applyDucking();
-    if (info.participant_id === myId) renderFlags(selfTile, info);
+    if (before && before.language !== info.language) ducking.forget(info.participant_id);
+    if (info.participant_id === myId) renderTile(selfTile, info, { withName: false });
     else if (tiles.has(info.participant_id)) addTile(info);
   });
 
   const showCaption = (ev, final) => {
     const speaker = ev.speaker || { participant_id: myId, name: "You" };
+    lags.caption(speaker.participant_id, ev);
     const tile = tileFor(speaker.participant_id);
     if (tile) {
       const box = tile.querySelector(".tile-caption");
@@ -351,26 +236,19 @@ export function mount({ client, log, devices, errors, $ }) {
     tr.textContent = `${tr.textContent ? `${tr.textContent} ` : ""}${ev.text}`;
     tr.lang = ev.language;
   });
-  client.on("translation.chunk", (ev) => {
-    if (ev.speaker && ev.action === "EMIT" && !interpreted.has(ev.speaker.participant_id)) {
-      interpreted.add(ev.speaker.participant_id);
-      applyDucking();
-    }
-  });
+  client.on("translation.speech.started", (ev) => ducking.started(ev));
+  client.on("translation.speech.done", (ev) => ducking.done(ev));
+  client.on("translation.speech.catchup", (ev) => lags.speech(speakerId(ev), ev));
 
   // ------------------------------------------------------------ controls
   const joinBtn = $("join");
   const leaveBtn = $("leave");
   const micBtn = $("mute-mic");
   const camBtn = $("mute-camera");
-  const reconnectEl = $("reconnect-state");
-  let userLeft = true;
-  let reconnectAttempt = 0;
-  let reconnectTimer = null;
 
   const renderControls = () => {
     const s = client.state;
-    const live = s === "connected" || s === "connecting" || reconnectTimer !== null;
+    const live = s === "connected" || s === "connecting" || reconnect.pending;
     joinBtn.disabled = live;
     leaveBtn.disabled = !live;
     micBtn.disabled = s !== "connected";
@@ -382,17 +260,15 @@ export function mount({ client, log, devices, errors, $ }) {
   };
 
   const join = async () => {
-    userLeft = false;
+    reconnect.left = false;
     errors.clear();
     const connect = window.rtcAgent && window.rtcAgent.connect;
     if (connect) await connect();
   };
+  const reconnect = new Reconnector({ join, changed: () => renderControls(), badge: $("reconnect-state"), log });
   joinBtn.addEventListener("click", () => join());
   leaveBtn.addEventListener("click", async () => {
-    userLeft = true;
-    clearTimeout(reconnectTimer);
-    reconnectTimer = null;
-    reconnectEl.hidden = true;
+    reconnect.cancel();
     await client.disconnect();
     clearRoom();
     renderControls();
@@ -417,14 +293,24 @@ export function mount({ client, log, devices, errors, $ }) {
     update({ language: speakSelect.value });
   });
   listenSelect.addEventListener("change", () => {
-    store.set("hear", listenSelect.value);
-    interpreted.clear();
-    applyDucking();
-    update({ listen_language: listenSelect.value });
+    listen.chosen();
+    ducking.clear();
+    update(listen.settings());
+  });
+  textOnlyBox.addEventListener("change", () => {
+    listen.textOnlyToggled();
+    if (listen.textOnly) ducking.clear();
+    update(listen.settings());
   });
   interpretBox.addEventListener("change", () => {
-    applyDucking();
+    if (!interpretBox.checked) ducking.clear();
     update({ interpret: interpretBox.checked });
+  });
+  // A change the server cannot serve (unsupported_language; page.js shows its message) leaves its config as it
+  // was: the selects go back to the languages in effect.
+  trackEffectiveConfig(client, [[listenSelect, "listen_language"], [speakSelect, "language"]], (effective) => {
+    listen.reverted(effective);
+    store.set("speak", speakSelect.value);
   });
   nameInput.addEventListener("change", () => {
     store.set("name", nameInput.value.trim());
@@ -433,23 +319,8 @@ export function mount({ client, log, devices, errors, $ }) {
 
   // ------------------------------------------------------------ link and downloads
   const shareInput = $("share-link");
-  const shareLink = async () => {
-    if (joinToken) return `${location.origin}/call?room=${encodeURIComponent(room)}#join=${encodeURIComponent(joinToken)}`;
-    try {
-      const res = await fetch("/v1/rooms", {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json" },
-        body: JSON.stringify({ room }),
-      });
-      if (res.ok) return `${location.origin}${(await res.json()).url}`;
-    } catch {
-      /* fall back to the plain link */
-    }
-    return `${location.origin}/call?room=${encodeURIComponent(room)}`;
-  };
   $("copy-link").addEventListener("click", async () => {
-    const link = await shareLink();
+    const link = await shareLink(room, joinToken);
     shareInput.value = link;
     shareInput.hidden = false;
     shareInput.select();
@@ -461,56 +332,24 @@ export function mount({ client, log, devices, errors, $ }) {
     }
   });
 
-  const download = async (fmt) => {
-    const headers = joinToken ? { Authorization: `Bearer ${joinToken}` } : {};
-    const res = await fetch(`/v1/rooms/${encodeURIComponent(room)}/transcript.${fmt}`, { headers, credentials: "same-origin" });
-    if (!res.ok) {
-      errors.show(res.status === 404 ? "No transcript yet for this room." : `Download failed (${res.status})`);
-      return;
-    }
-    const url = URL.createObjectURL(await res.blob());
-    const a = el("a");
-    a.href = url;
-    a.download = `${room}.${fmt}`;
-    document.body.append(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 10_000);
-  };
-  $("download-vtt").addEventListener("click", () => download("vtt"));
-  $("download-json").addEventListener("click", () => download("json"));
+  $("download-vtt").addEventListener("click", () => downloadTranscript(room, joinToken, "vtt", errors));
+  $("download-json").addEventListener("click", () => downloadTranscript(room, joinToken, "json", errors));
 
   // ------------------------------------------------------------ reconnect when the server goes away for a moment
-  const scheduleReconnect = (why) => {
-    if (userLeft || reconnectTimer !== null) return;
-    const delay = RECONNECT_DELAYS_S[Math.min(reconnectAttempt, RECONNECT_DELAYS_S.length - 1)];
-    reconnectAttempt += 1;
-    reconnectEl.hidden = false;
-    reconnectEl.textContent = `reconnecting in ${delay} s`;
-    log.note(`${why}: reconnecting in ${delay} s`, "warn");
-    reconnectTimer = setTimeout(async () => {
-      reconnectTimer = null;
-      reconnectEl.textContent = "reconnecting…";
-      await join();
-    }, delay * 1000);
-    renderControls();
-  };
   client.addEventListener("ended", (ev) => {
     clearRoom();
-    if (RECONNECT_REASONS.has(ev.detail.reason)) scheduleReconnect(`session ended (${ev.detail.reason})`);
+    if (RECONNECT_REASONS.has(ev.detail.reason)) reconnect.schedule(`session ended (${ev.detail.reason})`);
   });
   client.addEventListener("statechange", (ev) => {
     const { state } = ev.detail;
     if (state === "connected") {
-      userLeft = false; // also when joined with the session card's Connect button
-      reconnectAttempt = 0;
-      reconnectEl.hidden = true;
+      reconnect.connected(); // also when joined with the session card's Connect button
     }
     if (state === "failed" || (state === "disconnected" && !client.pc)) {
       clearRoom();
       const status = client.lastError && client.lastError.status;
       // A refusal (bad config, full room, expired link) is final; a server away or a network fault is retried.
-      if (state === "failed" && (!status || status >= 500)) scheduleReconnect("connection failed");
+      if (state === "failed" && (!status || status >= 500)) reconnect.schedule("connection failed");
     }
     renderControls();
   });
@@ -524,12 +363,13 @@ export function mount({ client, log, devices, errors, $ }) {
         room,
         name: nameInput.value.trim() || "Guest",
         language: speakSelect.value,
-        listen_language: listenSelect.value,
+        ...listen.settings(),
         captions: true,
         interpret: interpretBox.checked,
       };
     },
     room: () => room,
+    ducking, // for tests: its releaseMs / safetyMs
     participantId: () => myId,
     participants: () => [...participants.values()],
     join,
@@ -540,6 +380,7 @@ export function mount({ client, log, devices, errors, $ }) {
         id,
         name: info.name,
         caption: tile.querySelector(".tile-caption").textContent,
+        lag: tile.querySelector(".tile-lag").hidden ? "" : tile.querySelector(".tile-lag").textContent,
         speaking: tile.dataset.speaking === "true",
         ducked: tile.dataset.ducked === "true",
         volume: video.volume,

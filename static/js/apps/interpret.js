@@ -5,6 +5,8 @@
 // translation.chunk.source_text (cascade / openai engines); one session uses one of the two, never both.
 
 import { el, stickToEnd, trimChildren } from "../dom.js";
+import { SPEECH_LAG_MS, behindText } from "../lag-badges.js";
+import { offerListenLanguages, renderOfferNote, trackEffectiveConfig } from "../listen-languages.js";
 
 const MAX_CELLS = 400;
 const MAX_SPANS = 600;
@@ -34,10 +36,23 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   const stats = $("timeline-stats");
   const remoteAudio = $("remote-audio");
 
-  // Offer only what this server can do (client_config.capabilities); the "Server setup" note says the rest.
+  // Offer only what this server can do (client_config.capabilities; listen-languages.js for the targets: text
+  // only ones marked, the rest disabled with the reason); the "Server setup" note says the rest.
   const caps = (config && config.capabilities) || {};
-  limitOptions(targetSel, caps.st?.targets);
+  const offers = offerListenLanguages(targetSel, caps);
   limitOptions(sourceSel, caps.st?.sources || caps.asr?.languages);
+  let speakWanted = speak ? speak.checked : true;
+  const targetOffer = () => (offers && targetSel ? offers.byCode[targetSel.value] || null : null);
+  // A target without a voice: the translation is text only, whatever the box said.
+  const speakNow = () => speakWanted && targetOffer()?.speech !== false;
+  const renderTargetChoice = () => {
+    renderOfferNote($("target-quality"), targetOffer());
+    if (!speak) return;
+    speak.disabled = targetOffer()?.speech === false;
+    speak.checked = speakNow();
+    if (remoteAudio) remoteAudio.muted = !speak.checked;
+  };
+  const speechBehind = $("speech-behind");
   const embeddedSt = caps.engines?.st?.kind === "embedded";
   const detectedEl = $("detected-language");
 
@@ -129,19 +144,30 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
     return out;
   };
 
+  const send = (session) => {
+    if (client.connected) client.send({ type: "session.update", session });
+  };
   const onLanguageChange = () => {
     setLangs();
-    if (client.connected) client.send({ type: "session.update", session: languages({ update: true }) });
+    const spoke = speak ? speak.checked : true;
+    renderTargetChoice();
+    send({ ...languages({ update: true }), ...(speak && speak.checked !== spoke ? { speak: speak.checked } : {}) });
   };
   sourceSel?.addEventListener("change", onLanguageChange);
   targetSel?.addEventListener("change", onLanguageChange);
-  if (speak && remoteAudio) {
-    const apply = () => {
-      remoteAudio.muted = !speak.checked;
-    };
-    speak.addEventListener("change", apply);
-    apply();
-  }
+  speak?.addEventListener("change", () => {
+    speakWanted = speak.checked;
+    renderTargetChoice();
+    send({ speak: speak.checked });
+  });
+  renderTargetChoice();
+  // A change the server cannot serve (unsupported_language; page.js shows its message) keeps the config as it
+  // was: the selects go back to the languages in effect.
+  trackEffectiveConfig(client, [[targetSel, "target_language"], [sourceSel, "source_language"]], (effective) => {
+    if (typeof effective.speak === "boolean" && targetOffer()?.speech !== false) speakWanted = effective.speak;
+    setLangs();
+    renderTargetChoice();
+  });
 
   const renderStats = () => {
     if (stats) {
@@ -290,6 +316,12 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
 
   // Spoken translation catching up (rtc_agent.apps.interpret.speech): faster speech or skipped stale text.
   client.on("translation.speech.catchup", (ev) => {
+    if (speechBehind) {
+      const lag = Number(ev.lag_ms);
+      const behind = ev.action !== "normal" && Number.isFinite(lag) && lag > SPEECH_LAG_MS;
+      speechBehind.hidden = !behind;
+      speechBehind.textContent = behind ? `speech ${behindText(lag)}` : "";
+    }
     if (!lagEl) return;
     lagEl.dataset.speechSpeed = String(ev.speed ?? 1);
     const note = ev.action === "skip" ? "speech skipped stale text" : ev.action === "speed" ? `speech ×${Number(ev.speed || 1).toFixed(2)}` : "";
@@ -320,16 +352,19 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
       renderLag(null, null);
       renderStats();
     }
+    if (speechBehind && ev.detail.state !== "connected") speechBehind.hidden = true;
   });
 
   return {
     configure(sessionConfig) {
       // the embedded engine recognizes the source too when asked (the captions pipeline on the same Whisper)
-      return { ...sessionConfig, ...languages(), ...(embeddedSt ? { source_text: true } : {}) };
+      return { ...sessionConfig, ...languages(), ...(speakNow() ? {} : { speak: false }),
+        ...(embeddedSt ? { source_text: true } : {}) };
     },
     reset() {
       commitPending();
       line = null;
+      if (speechBehind) speechBehind.hidden = true;
     },
     cues: () => ({ source: sourceCues, target: targetCues }),
   };

@@ -1,0 +1,129 @@
+"""The text-translation contract: the request the worker's ``mt`` engine takes, its answer, and the engine base.
+
+A caller (a call room, the interpret app) sends ``await worker.call("mt", TextTranslateRequest(...))`` and gets a
+:class:`TextTranslation`. The request checks itself at construction (non-empty text, known language codes:
+``InvalidRequest``); the engine checks what depends on its settings and model (``mt_max_chars``, a target or
+source the model cannot handle) and fails that one request with an ``EngineError`` of status 400 whose code says
+why (``text_too_long``, ``unsupported_language``), which the worker hands to the caller unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rtc_agent.engines.mt.languages import AUTO, check_language
+from rtc_agent.errors import EngineError, InvalidRequest
+from rtc_agent.worker import run_each
+
+__all__ = ["DEFAULT_MAX_CHARS", "TextTranslateRequest", "TextTranslation", "TextTranslationEngine"]
+
+DEFAULT_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class TextTranslateRequest:
+    """Translate ``text`` from ``source`` (an ISO 639-1 code, or ``"auto"``) into ``target``.
+
+    ``context`` holds recent ``(source, translation)`` pairs of the same conversation, oldest first; an engine
+    may use them to keep names and terms consistent, or ignore them. Raises ``InvalidRequest`` for text that is
+    not a non-empty string, an unknown language, ``auto`` as target, or malformed context. Codes are stored
+    lower-cased.
+    """
+
+    text: str
+    source: str
+    target: str
+    context: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise InvalidRequest("text to translate must be a non-empty string", code="invalid_text", param="text")
+        object.__setattr__(self, "source", check_language(self.source, "source", allow_auto=True))
+        object.__setattr__(self, "target", check_language(self.target, "target"))
+        context = tuple(self.context)
+        if not all(isinstance(p, tuple | list) and len(p) == 2 and all(isinstance(s, str) for s in p)
+                   for p in context):
+            raise InvalidRequest("context must be (source, translation) string pairs", param="context")
+        object.__setattr__(self, "context", tuple((str(a), str(b)) for a, b in context))
+
+    @property
+    def same_language(self) -> bool:
+        """The source is the target: nothing to translate."""
+        return self.source == self.target and self.source != AUTO
+
+
+@dataclass
+class TextTranslation:
+    """The translation of one request; ``engine`` names what made it (``ctranslate2:opus-mt-en-es``,
+    ``openai:MODEL``, ``embedded:MODEL``)."""
+
+    text: str
+    engine: str
+
+
+class TextTranslationEngine(ABC):
+    """Base of ``mt`` engines (the worker's ``Engine`` contract): ``run_batch`` checks each request and calls
+    :meth:`translate` for it; a failure fails only that request.
+
+    - ``max_chars``: the longest ``text`` accepted (``mt_max_chars``); longer fails with ``text_too_long``.
+    - ``targets``: the target languages the engine can produce (``None``: any language we know);
+      ``sources``: the source languages it reads (``None``: any, ``auto`` included).
+    - Text already in the target language comes back as it is, without a model call.
+    """
+
+    #: what ``TextTranslation.engine`` says; subclasses set it (after ``load`` when it names a model)
+    label: str = "mt"
+    targets: frozenset[str] | None = None
+    sources: frozenset[str] | None = None
+
+    def __init__(self, *, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        self.max_chars = max_chars
+
+    def load(self, progress: Callable[[str], None]) -> None:  # noqa: B027 - optional hook
+        """Load weights or check the server; blocking."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; blocking."""
+
+    def check(self, request: TextTranslateRequest) -> None:
+        """Raise the 400 ``EngineError`` for a request this engine refuses (see the module docstring)."""
+        if len(request.text) > self.max_chars:
+            raise EngineError(f"text to translate is {len(request.text)} characters, more than mt_max_chars "
+                              f"({self.max_chars})", code="text_too_long", status=400)
+        if self.targets is not None and request.target not in self.targets:
+            raise EngineError(f"{self.label} cannot translate into {request.target!r}; it produces "
+                              f"{', '.join(sorted(self.targets)) or 'nothing'}", code="unsupported_language",
+                              status=400)
+        if self.sources is not None and request.source not in self.sources:
+            raise EngineError(f"{self.label} translates from {', '.join(sorted(self.sources))}, not "
+                              f"{request.source!r}", code="unsupported_language", status=400)
+
+    def run_batch(self, requests: list[object]) -> list[object]:
+        """One result per request: a :class:`TextTranslation`, or the exception that failed that request."""
+        results: list[object] = run_each(requests, self._checked, kind=TextTranslateRequest)
+        todo = [i for i, r in enumerate(results) if isinstance(r, TextTranslateRequest)]
+        texts = self.translate_many([results[i] for i in todo]) if todo else []  # type: ignore[misc]
+        for i, text in zip(todo, texts, strict=True):
+            results[i] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
+        return results
+
+    def _checked(self, request: TextTranslateRequest) -> TextTranslateRequest | TextTranslation:
+        self.check(request)
+        return TextTranslation(request.text, self.label) if request.same_language else request
+
+    def translate_many(self, requests: list[TextTranslateRequest]) -> list[str | Exception]:
+        """The translations of checked requests, in order (an ``Exception`` item fails one); the default runs
+        :meth:`translate` on each. Engines that batch natively override it."""
+        out: list[str | Exception] = []
+        for request in requests:
+            try:
+                out.append(self.translate(request))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    @abstractmethod
+    def translate(self, request: TextTranslateRequest) -> str:
+        """The translation of one checked request; blocking, in a worker thread. Errors are ``EngineError``."""

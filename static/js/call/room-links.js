@@ -1,0 +1,90 @@
+// The call page's room: its name from the URL (or a new random one), the join link's token, the client token
+// that names the room, the share link, and the room transcript downloads.
+//
+// A join link is /call?room=NAME#join=rj_...: the fragment's join token is exchanged for this participant's
+// single-use client token (POST /v1/tokens with Authorization: Bearer rj_...), so people without an API key or
+// page sign-in can join that room, and only that room, until the link expires.
+
+import { el } from "../dom.js";
+import { AgentError } from "../rtc-client.js";
+
+const ROOM_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+
+function randomRoom() {
+  const bytes = new Uint8Array(5);
+  crypto.getRandomValues(bytes);
+  return `room-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** {room, joinToken, params}: the room of ?room= (a new random one when absent or bad, written back to the URL). */
+export function roomFromLocation() {
+  const params = new URLSearchParams(location.search);
+  const room = ROOM_NAME.test(params.get("room") || "") ? params.get("room") : randomRoom();
+  const joinToken = new URLSearchParams(location.hash.slice(1)).get("join");
+  if (params.get("room") !== room) {
+    params.set("room", room);
+    history.replaceState(null, "", `${location.pathname}?${params}${location.hash}`);
+  }
+  return { room, joinToken, params };
+}
+
+/**
+ * This participant's client token names the room (the call app's config needs it); with a join link, the link's
+ * token pays for it (no sign-in needed), otherwise the page sign-in cookie or open mode does.
+ */
+export function clientTokenFetcher(room, joinToken) {
+  return async () => {
+    const headers = { "Content-Type": "application/json", Accept: "application/json" };
+    if (joinToken) headers.Authorization = `Bearer ${joinToken}`;
+    const res = await fetch("/v1/tokens", {
+      method: "POST",
+      credentials: "same-origin",
+      headers,
+      body: JSON.stringify({ app: "call", config: { room } }),
+    });
+    if (!res.ok) {
+      const body = await res.json().catch(() => ({}));
+      const what = joinToken ? "The join link was refused" : "No client token";
+      const error = body.error || {};
+      throw new AgentError(`${what}: ${error.message || `HTTP ${res.status}`}`, {
+        type: error.type || "http_error", code: error.code || `http_${res.status}`, status: res.status,
+      });
+    }
+    return (await res.json()).value;
+  };
+}
+
+/** The link others join with: the join link itself, a new one (POST /v1/rooms), or the plain room URL. */
+export async function shareLink(room, joinToken) {
+  if (joinToken) return `${location.origin}/call?room=${encodeURIComponent(room)}#join=${encodeURIComponent(joinToken)}`;
+  try {
+    const res = await fetch("/v1/rooms", {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify({ room }),
+    });
+    if (res.ok) return `${location.origin}${(await res.json()).url}`;
+  } catch {
+    /* fall back to the plain link */
+  }
+  return `${location.origin}/call?room=${encodeURIComponent(room)}`;
+}
+
+/** Save the room transcript as `fmt` ("vtt" or "json"); a failure is shown on `errors`. */
+export async function downloadTranscript(room, joinToken, fmt, errors) {
+  const headers = joinToken ? { Authorization: `Bearer ${joinToken}` } : {};
+  const res = await fetch(`/v1/rooms/${encodeURIComponent(room)}/transcript.${fmt}`, { headers, credentials: "same-origin" });
+  if (!res.ok) {
+    errors.show(res.status === 404 ? "No transcript yet for this room." : `Download failed (${res.status})`);
+    return;
+  }
+  const url = URL.createObjectURL(await res.blob());
+  const a = el("a");
+  a.href = url;
+  a.download = `${room}.${fmt}`;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}

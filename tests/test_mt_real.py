@@ -1,0 +1,41 @@
+"""The embedded text translator (the packaged LLM behind the ``mt`` engine) on real sentences: properties that hold
+on every CPU (answers in the target language's letters, a corpus chrF2 floor well below the measured figure), not
+one sentence's words."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rtc_agent.bench.translate import chrf, fold
+from rtc_agent.config import Settings
+from rtc_agent.engines import mt
+from rtc_agent.engines.mt import TextTranslateRequest
+from rtc_agent.worker import Worker
+
+pytestmark = pytest.mark.real_model
+
+# (English, Spanish reference): our own short sentences, the kind a call room translates
+SENTENCES = [
+    ("Thank you very much.", "Muchas gracias."),
+    ("Please leave a message after the tone.", "Por favor deje un mensaje despues del tono."),
+    ("The meeting starts tomorrow morning.", "La reunion empieza manana por la manana."),
+    ("Where is the train station?", "Donde esta la estacion de tren?"),
+]
+
+
+async def test_embedded_translates_into_spanish() -> None:
+    settings = dataclasses.replace(Settings(), mt_engine="embedded", cache_dir=Settings().cache_dir)
+    worker = Worker()
+    for spec in mt.engine_specs(settings):
+        worker.add(spec)
+    try:
+        results = [await worker.call("mt", TextTranslateRequest(en, "en", "es"), timeout=600)
+                   for en, _ in SENTENCES]
+    finally:
+        await worker.close()
+    texts = [r.text for r in results]
+    assert all(r.engine == mt.describe(settings) for r in results)
+    assert all(text and text.lower() != en.lower() for text, (en, _) in zip(texts, SENTENCES, strict=True))
+    assert chrf([fold(t) for t in texts], [ref for _, ref in SENTENCES]) >= 25.0, texts
