@@ -26,7 +26,7 @@ FLOORS: list[set[str]] = [
     {"worker", "protocol", "auth"},  # scheduling; the event protocol; who may do what
     {"state"},  # the state store: tokens, links, counters, room leases, transcripts (memory, SQLite, Redis)
     {"config", "errors"},
-    {"redact", "words", "metrics", ""},
+    {"redact", "words", "metrics", "tasks", ""},
 ]
 MAX_LINES = 400
 

@@ -46,6 +46,7 @@ from rtc_agent.protocol.events import (
     VisionSilence,
     VisionTextDelta,
 )
+from rtc_agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -232,10 +233,7 @@ class VisionCommentary:
             await self._close_session(session)
             self._drain(session)
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._release()
         self.state = "closed"
 

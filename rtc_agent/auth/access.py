@@ -42,6 +42,7 @@ from rtc_agent.config import Settings
 from rtc_agent.errors import AgentError, Forbidden, NotFound, RateLimited, Unauthorized
 from rtc_agent.metrics import Metrics
 from rtc_agent.state import MemoryStore, StateStore
+from rtc_agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,7 @@ class AccessControl:
     async def _sweeping(self, _app: web.Application) -> AsyncIterator[None]:
         task = asyncio.get_running_loop().create_task(self.sweep_forever(), name="token-sweep")
         yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
     async def sweep_forever(self) -> None:
         """Drop the state store's expired entries every ``sweep_interval_s`` seconds (``state_sweep_s``), until

@@ -8,12 +8,12 @@ WebRTC pacing (20 ms audio frames), heartbeats and every session share that loop
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections import deque
 from typing import Any
 
 from rtc_agent.metrics import Metrics
+from rtc_agent.tasks import cancel_and_wait
 
 __all__ = ["LoopLagMonitor"]
 
@@ -49,11 +49,7 @@ class LoopLagMonitor:
     async def stop(self) -> None:
         """Stop sampling and wait for the sampler task to end. Samples are kept."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
     def reset(self) -> None:
         """Forget the samples collected so far."""

@@ -30,7 +30,6 @@ ratios were seen; ``/health`` shows both.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import statistics
 import threading
@@ -39,6 +38,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from rtc_agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +259,7 @@ class SpeedProbe:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     def _settled(self, name: str) -> bool:
         stats = self.worker.stats()[name]
@@ -325,10 +323,7 @@ class RunningSpeed:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         while True:
