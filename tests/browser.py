@@ -190,18 +190,27 @@ class BrowserPage:
         return [c for c in self.console if c.startswith("[pageerror]")]
 
 
+def launch_page(pw: Any, served: Served, shots: Path, **media: Path | None) -> tuple[Any, BrowserPage]:
+    """A new Chromium (the caller closes it) and its page with fake devices (``audio_file=``, ``video_file=``),
+    the console captured for failure reports."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(**media))
+    page = browser.new_context().new_page()
+    wrapped = BrowserPage(page, served, shots)
+    page.on("console", lambda m: wrapped.console.append(f"[{m.type}] {m.text}"))
+    page.on("pageerror", lambda e: wrapped.console.append(f"[pageerror] {e}"))
+    return browser, wrapped
+
+
 @contextlib.contextmanager
 def chromium_page(served: Served, shots: Path, **media: Path | None) -> Iterator[BrowserPage]:
     """A fresh Chromium page with fake devices (``audio_file=``, ``video_file=``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(**media))
+        browser = None
         try:
-            page = browser.new_context().new_page()
-            wrapped = BrowserPage(page, served, shots)
-            page.on("console", lambda m: wrapped.console.append(f"[{m.type}] {m.text}"))
-            page.on("pageerror", lambda e: wrapped.console.append(f"[pageerror] {e}"))
+            browser, wrapped = launch_page(pw, served, shots, **media)
             yield wrapped
         finally:
-            browser.close()
+            if browser is not None:
+                browser.close()

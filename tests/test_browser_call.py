@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.browser import CHROMIUM, BrowserPage, chromium_args, requires_chromium, serve
+from tests.browser import BrowserPage, launch_page, requires_chromium, serve
 from tests.speech import synthesize, write_wav
 
 pytestmark = [*requires_chromium, pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg missing")]
@@ -48,13 +48,8 @@ def test_two_pages_see_hear_and_read_each_other(tmp_path):
         browsers, pages = [], []
         try:
             for (name, *_), (wav, y4m) in zip(PEOPLE, files, strict=True):
-                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=chromium_args(audio_file=wav, video_file=y4m))
+                browser, b = launch_page(pw, served, tmp_path, audio_file=wav, video_file=y4m)
                 browsers.append(browser)
-                page = browser.new_context().new_page()
-                b = BrowserPage(page, served, tmp_path)
-                page.on("console", lambda m, b=b: b.console.append(f"[{m.type}] {m.text}"))
-                page.on("pageerror", lambda e, b=b: b.console.append(f"[pageerror] {e}"))
                 pages.append(b)
                 b.open(f"/call?room=browser-room&name={name}&speak=en&hear=en")
                 b.page.click("#join")

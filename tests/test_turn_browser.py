@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.browser import CHROMIUM, BrowserPage, chromium_args, chromium_page, gated_tone_wav, requires_chromium, serve
+from tests.browser import BrowserPage, chromium_page, gated_tone_wav, launch_page, requires_chromium, serve
 from tests.coturn import requires_coturn, run_coturn
 from tests.speech import write_wav
 
@@ -90,13 +90,8 @@ def test_call_mesh_connects_relay_only(tmp_path):
         try:
             for name, pattern in people:
                 wav, y4m = _call_media(tmp_path, name, pattern)
-                browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=chromium_args(audio_file=wav, video_file=y4m))
+                browser, b = launch_page(pw, served, tmp_path, audio_file=wav, video_file=y4m)
                 browsers.append(browser)
-                page = browser.new_context().new_page()
-                b = BrowserPage(page, served, tmp_path)
-                page.on("console", lambda m, b=b: b.console.append(f"[{m.type}] {m.text}"))
-                page.on("pageerror", lambda e, b=b: b.console.append(f"[pageerror] {e}"))
                 pages.append(b)
                 b.open(f"/call?room=relay-room&name={name}&speak=en&hear=en&ice=relay")
                 b.page.click("#join")
