@@ -13,13 +13,24 @@ from aiohttp import web
 from rtc_agent import realtime
 from rtc_agent.apps import APPS
 from rtc_agent.apps.call import RoomRegistry
+from rtc_agent.apps.call.sfu import SfuRooms
 from rtc_agent.auth import AUTH, AccessControl, access_middleware, add_cors_headers, check_exposure
 from rtc_agent.config import Settings
 from rtc_agent.engines import register_engines
 from rtc_agent.metrics import Metrics
 from rtc_agent.redact import install_log_redaction, register_settings_secrets
-from rtc_agent.server import captions_export, credentials, health, pages, room_links, signaling, translate_stream
+from rtc_agent.server import (
+    captions_export,
+    credentials,
+    forwarding,
+    health,
+    pages,
+    room_links,
+    signaling,
+    translate_stream,
+)
 from rtc_agent.server.capacity import machine_capacity, running_sessions
+from rtc_agent.server.forwarding import forwarding_middleware
 from rtc_agent.server.http_errors import error_middleware
 from rtc_agent.server.keys import (
     ADMISSION,
@@ -50,12 +61,13 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
     register_settings_secrets(settings)  # masked wherever text leaves: logs, events, /health
     install_log_redaction()
     metrics = Metrics()
-    app = web.Application(middlewares=[error_middleware(metrics), access_middleware],
+    app = web.Application(middlewares=[error_middleware(metrics), forwarding_middleware, access_middleware],
                           client_max_size=max(settings.max_body_bytes, 1024 * 1024))
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[APP_CLASSES] = APPS
     app[ROOMS] = RoomRegistry(settings)
+    app[ROOMS].sfu = SfuRooms(settings) if settings.sfu_url else None  # rooms through Janus (apps.call.sfu)
     app[REGISTRY] = SessionRegistry(settings.max_sessions, metrics, connect_grace_s=settings.connect_grace_s,
                                     max_pending_per_client=settings.max_pending_sessions_per_client,
                                     max_pending_per_network=settings.max_pending_sessions_per_network,
@@ -73,6 +85,8 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
     app[ROOMS].pair_capacity = lambda: app[ADMISSION].capacity("interpret")  # speech-route interpretation pairs
     store = open_store(settings)  # tokens, sign-ins, join links, rate limits: outlive a restart (rtc_agent.state)
     app[AUTH] = AccessControl(settings, find_session=app[REGISTRY].get, metrics=metrics, store=store).install(app)
+    app[ROOMS].meetings.attach_store(store)  # meetings and transcripts: outlive a restart, shared by nodes
+    forwarding.install(app, settings, store, app[REGISTRY], app[ROOMS])  # replicas: room leases, forwarded offers
     app.on_cleanup.append(lambda _app: store.close())
     app.on_response_prepare.append(add_cors_headers)
     log.info("access: %s; state: %s", exposure, store.url)
@@ -88,6 +102,7 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
     realtime.add_routes(app)
     app.on_startup.append(_start)
     app.on_shutdown.append(_shutdown)
+    app.on_shutdown.append(lambda _app: _app[ROOMS].meetings.close_store())  # after the sessions' last lines
     return app
 
 
@@ -130,4 +145,6 @@ async def _shutdown(app: web.Application) -> None:
     await app[REGISTRY].close_all("server_shutdown", timeout=app[SETTINGS].shutdown_timeout_s)
     await app[LAG_MONITOR].stop()
     # Worker.close waits up to ``grace`` for running calls, then up to ``grace`` for the engines' close
+    if app[ROOMS].sfu is not None:  # Janus rooms whose sessions did not close in time
+        await app[ROOMS].sfu.close()
     await app[WORKER].close(grace=max(MIN_WORKER_GRACE_S, (deadline - loop.time()) / 2))

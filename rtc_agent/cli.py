@@ -12,7 +12,14 @@ import sys
 from collections.abc import Sequence
 
 from rtc_agent import __version__
-from rtc_agent.config import ENV_PREFIX, SettingsError, add_arguments, settings_from_args
+from rtc_agent.config import (
+    ENV_PREFIX,
+    SettingsError,
+    add_arguments,
+    node_id_of,
+    replica_warnings,
+    settings_from_args,
+)
 from rtc_agent.redact import install_log_redaction
 
 log = logging.getLogger("rtc_agent")
@@ -107,6 +114,9 @@ def serve(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"rtc-agent: {exc}", file=sys.stderr)
         return 2
+    from rtc_agent.server.draining import drain_on_sigterm
+
+    drain_on_sigterm(app)  # SIGTERM: /health 503 draining, new sessions refused, then server_shutdown and exit
     log.info("rtc-agent %s on http://%s:%d", __version__, settings.host, settings.port)
     web.run_app(app, host=settings.host, port=settings.port, print=None, access_log=None,
                 shutdown_timeout=settings.shutdown_timeout_s)  # requests still running after the drain
@@ -124,7 +134,10 @@ def check_config(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"rtc-agent: config error: {exc}", file=sys.stderr)
         return 1
-    print(f"rtc-agent: config ok: http://{settings.host}:{settings.port}; access: {exposure}")
+    for warning in replica_warnings(settings):  # starts, but is likely a mistake
+        print(f"rtc-agent: warning: {warning}", file=sys.stderr)
+    replica = f"; node {node_id_of(settings)} at {settings.node_url}" if settings.node_url else ""  # validated
+    print(f"rtc-agent: config ok: http://{settings.host}:{settings.port}; access: {exposure}{replica}")
     return 0
 
 

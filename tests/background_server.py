@@ -26,6 +26,7 @@ from aiohttp import web
 from rtc_agent.app import create_app
 from rtc_agent.config import Settings
 from rtc_agent.server.keys import REGISTRY
+from rtc_agent.worker import Worker
 from tests.conftest import free_port, shared_worker
 
 #: ``pytestmark`` for hypothesis tests against this server: aiortc's RTCP loops and aioice's consent checks call
@@ -50,11 +51,14 @@ FUZZ_SETTINGS: dict[str, Any] = {
 class BackgroundServer:
     """Start with ``with`` (or :meth:`start` / :meth:`stop`)."""
 
-    def __init__(self, prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None, **overrides: Any) -> None:
+    def __init__(self, prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None, *,
+                 make_worker: Callable[[Settings], Worker] = shared_worker, **overrides: Any) -> None:
         """``prepare`` runs on the server's loop before the app is made (e.g. starting a stub engine server)
-        and returns more setting overrides."""
+        and returns more setting overrides; ``make_worker(settings)`` gives the engines (the shared real ones by
+        default; scripted ones from :mod:`tests.fakes`)."""
         self.port = free_port()
         self.prepare = prepare
+        self.make_worker = make_worker
         self.overrides = {**FUZZ_SETTINGS, **overrides}
         self.settings = dataclasses.replace(Settings(), host="127.0.0.1", port=self.port, **self.overrides)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -99,7 +103,7 @@ class BackgroundServer:
         if self.prepare is not None:
             extra = await self.prepare()
             self.settings = dataclasses.replace(self.settings, **extra)
-        self.app = create_app(self.settings, worker=shared_worker(self.settings))
+        self.app = create_app(self.settings, worker=self.make_worker(self.settings))
         self.runner = web.AppRunner(self.app)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()

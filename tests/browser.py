@@ -177,7 +177,21 @@ class BrowserPage:
             raise AssertionError(self.diagnose(name, exc)) from None
 
     def wait_js(self, name: str, expression: str, timeout_ms: int) -> None:
+        """Wait until `expression` is truthy. Not for a promise (wait_for_function takes any promise as truthy at
+        once): use :meth:`wait_value` for those."""
         self.step(name, lambda: self.page.wait_for_function(expression, timeout=timeout_ms))
+
+    def wait_value(self, name: str, expression: str, timeout_ms: int, period_s: float = 0.1) -> Any:
+        """Poll `expression` (a value or a promise, e.g. ``window.rtcAgent.app.stats().then(...)``) until it is
+        truthy, and return it; the full diagnosis after `timeout_ms`."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            value = self.page.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(self.diagnose(f"{name} (last value: {value!r})"))
+            time.sleep(period_s)
 
     def open(self, path: str) -> None:
         self.step(f"load {path}", lambda: self.page.goto(f"{self.served.base}{path}", wait_until="load"))

@@ -2,7 +2,8 @@
 ``use-auth-secret`` (the TURN REST credentials rtc_agent.server.ice mints) and no system config file (``-n``).
 
 coturn refuses to relay to loopback peers by default; these tests run every peer on 127.0.0.1, so the fixture
-passes ``--allow-loopback-peers`` (never in a deployment: ``deploy/turnserver.conf`` denies 127/8).
+passes ``--allow-loopback-peers`` (never in a deployment: ``deploy/turnserver.conf`` denies 127/8). Started, waited
+for and stopped by tests/daemons.py.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from rtc_agent.bench.common import free_udp_block
+from tests.daemons import log_tail, run_daemon
 
 TURNSERVER = shutil.which("turnserver") or "/usr/bin/turnserver"
 requires_coturn = pytest.mark.skipif(not os.path.exists(TURNSERVER), reason="coturn (turnserver) is not installed")
@@ -42,10 +44,7 @@ class Coturn:
         return ["--turn-urls", self.url, "--turn-secret", self.secret]
 
     def log_text(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
+        return log_tail(self.log, 4000)
 
 
 def _free_udp_tcp_port() -> int:
@@ -65,10 +64,7 @@ def _free_udp_tcp_port() -> int:
 
 def _relay_range() -> tuple[int, int]:
     """A block of RELAY_PORTS ports inside the ephemeral range; coturn skips any that are taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-        udp.bind(("127.0.0.1", 0))
-        low = udp.getsockname()[1]
-    low = min(low, 65535 - RELAY_PORTS)
+    low = free_udp_block(RELAY_PORTS)
     return low, low + RELAY_PORTS - 1
 
 
@@ -102,22 +98,7 @@ def run_coturn(tmp_path: Path, secret: str = "turn-test-secret-0123456789", read
         f"--userdb={tmp_path / f'turndb-{port}'}", f"--pidfile={tmp_path / f'turnserver-{port}.pid'}",
         "--log-file=stdout", "--simple-log", "--no-software-attribute", "--verbose",
     ]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=str(tmp_path))
     server = Coturn(port, secret, log)
-    try:
-        deadline = time.monotonic() + ready_timeout
-        while not stun_answers(port):
-            if proc.poll() is not None:
-                pytest.fail(f"turnserver exited with {proc.returncode}:\n{server.log_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"turnserver did not answer STUN within {ready_timeout} s:\n{server.log_text()}")
-            time.sleep(0.1)
+    with run_daemon(args, log=log, cwd=tmp_path, ready=lambda: stun_answers(port), ready_timeout=ready_timeout,
+                    waiting_for="answer STUN", log_text=server.log_text):
         yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)

@@ -53,14 +53,14 @@ def test_two_pages_see_hear_and_read_each_other(tmp_path):
                 pages.append(b)
                 b.open(f"/call?room=browser-room&name={name}&speak=en&hear=en")
                 b.page.click("#join")
-                b.wait_js("joined", "window.rtcAgent.app.participantId() !== null", 20_000)
+                b.wait_js("joined", "window.rtcAgent.app.participantId() !== null", 60_000)
             for b, (name, *_) in zip(pages, PEOPLE, strict=True):
                 other = next(p for p in PEOPLE if p[0] != name)
                 b.wait_js("the other's tile", f"[...document.querySelectorAll('.tile.remote .name')]"
                           f".some(n => n.textContent === '{other[0]}')", 15_000)
-                b.wait_js("remote video playing",
-                          "window.rtcAgent.app.stats().then(s => s.length === 1 && s[0].frames > 5"
-                          " && s[0].framesDecoded > 5 && s[0].audioEnergy > 0)", 30_000)
+                b.wait_value("remote video playing",
+                             "window.rtcAgent.app.stats().then(s => s.length === 1 && s[0].frames > 5"
+                             " && s[0].framesDecoded > 5 && s[0].audioEnergy > 0)", 30_000)
             first = [remote(b)[0] for b in pages]
             time.sleep(1.5)
             for b, before in zip(pages, first, strict=True):
@@ -84,7 +84,11 @@ def test_two_pages_see_hear_and_read_each_other(tmp_path):
                 assert not b.page_errors(), b.diagnose("no page errors")
             pages[0].page.screenshot(path=str(tmp_path / "call.png"), full_page=True)  # kept for a look on failure
             pages[0].page.click("#leave")
-            pages[1].wait_js("Ann left", "document.querySelectorAll('.tile.remote').length === 0", 15_000)
+            pages[1].wait_js("Ann marked as left", "[...document.querySelectorAll('.tile.remote')]"
+                             ".every(t => t.dataset.presence === 'left')", 15_000)
+            assert pages[0].page.evaluate("document.querySelectorAll('.tile.remote').length") == 0
+            assert pages[0].page.inner_text("#tile-self .tile-caption").strip() == "", \
+                pages[0].diagnose("my own tile shows nothing of the call once I left")
         finally:
             for browser in browsers:
                 with contextlib.suppress(Exception):
@@ -110,15 +114,16 @@ def test_join_link_admits_a_page_without_sign_in(tmp_path):
         with chromium_page(served, tmp_path, audio_file=wav) as b:
             b.open(link["url"])
             b.page.click("#join")
-            b.wait_js("joined through the link", "window.rtcAgent.app.participantId() !== null", 20_000)
+            b.wait_js("joined through the link", "window.rtcAgent.app.participantId() !== null", 60_000)
             assert b.page.inner_text("#room-name") == "linked", b.diagnose("room from the link")
+            assert b.page.get_attribute("#room-input", "readonly") is not None, b.diagnose("a link fixes the room")
             b.page.click("#copy-link")
-            b.wait_js("share link shown", "!document.getElementById('share-link').hidden", 5_000)
+            b.wait_js("share link shown", "!document.getElementById('share-link').hidden", 15_000)
             assert b.page.input_value("#share-link").endswith(f"/call?room=linked#join={link['join_token']}")
             b.page.click("#leave")
             # the same link cannot open another room
             b.open(f"/call?room=elsewhere#join={link['join_token']}")
             b.page.click("#join")
-            b.wait_js("refused", "document.body.dataset.connection === 'failed'", 15_000)
+            b.wait_js("refused", "document.body.dataset.connection === 'failed'", 60_000)
             banner = b.page.inner_text("#error-message")
             assert "another room" in banner, b.diagnose("scope refusal shown")

@@ -54,7 +54,7 @@ async def test_spoken_sentences_become_final_captions(server):
         text = " ".join(e["text"] for e in finals)
         assert wer(" ".join(SENTENCES), text) <= 0.15, text
         assert len(finals) >= len(SENTENCES)
-        assert len(partials) >= 2 * len(SENTENCES)
+        assert len(partials) >= 2 * len(SENTENCES), (await peer.session_info())["app_stats"]
         # committed text of a segment never changes once sent
         by_segment: dict[str, list[str]] = {}
         for p in partials:
@@ -198,3 +198,33 @@ async def test_a_voice_we_did_not_make_in_auto_gets_english_finals_only(server):
         assert wer(" ".join(s["text"] for s in sentences), text) <= 0.3, text
     finally:
         await peer.close()
+
+
+async def test_a_long_utterance_that_pauses_gets_a_final_for_its_first_part(start_server):
+    """The split at a pause through the real path: a long sentence and a short one with a 0.5 s gap that the
+    session's VAD (``vad_min_silence_ms`` 800) hears as a pause, not an end, so they are one utterance; the final
+    decode made at the pause becomes the final of the first sentence. The final budget is its least (100 ms): no
+    CPU decodes 5 s of audio with beam 5 that fast, so ``captions_split_min_s`` (2 s) decides. Words: a WER bound
+    over both sentences, not their exact text."""
+    server = await start_server(captions_split_min_s=2.0, captions_final_budget_ms=100)
+    clip, spans = speech_clip(LONG_THEN_SHORT, gap_s=0.5, sample_rate=48000)
+    assert spans[0][1] - spans[0][0] > 5.0  # the first part is long enough to split off on any CPU
+    peer = await stream(server, clip, config={"language": "en", "vad_min_silence_ms": 800})
+    try:
+        await peer.wait_for("caption.final", lambda e: e["audio_end_ms"] / 1000 > spans[-1][0], timeout=30)
+        finals = [e for e in peer.events if e["type"] == "caption.final" and e["text"].strip()]
+        info = await peer.session_info()
+        assert info["app_stats"]["splits"] >= 1, finals
+        first = finals[0]
+        assert abs(first["audio_end_ms"] / 1000 - spans[0][1]) < 0.4, first  # cut at the pause
+        assert len(finals) >= 2
+        assert wer(" ".join(LONG_THEN_SHORT), " ".join(f["text"] for f in finals)) <= 0.2, finals
+    finally:
+        await peer.close()
+
+
+LONG_THEN_SHORT = [
+    "She walked along the river and watched the boats drift slowly by while the weather stayed sunny and warm all "
+    "afternoon.",
+    "Please remember to bring your umbrella tomorrow.",
+]

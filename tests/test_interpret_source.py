@@ -158,6 +158,8 @@ def make_context() -> tuple[ScriptedAppContext, ScriptedASR]:
 
 
 async def speak(app: InterpretApp, ctx: ScriptedAppContext, seconds: float, loud: bool) -> None:
+    """``seconds`` of 20 ms frames into ``app`` on ``ctx``'s clock: a tone (``loud``) or silence (also the text
+    route's speaker, tests/test_interpret_text_route.py)."""
     tone = (np.sin(np.arange(320) / 3) * (8000 if loud else 0)).astype(np.int16)
     for _ in range(int(seconds * 50)):
         app.on_audio(tone, ctx.ms)

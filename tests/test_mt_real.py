@@ -1,16 +1,18 @@
 """The embedded text translator (the packaged LLM behind the ``mt`` engine) on real sentences: properties that hold
 on every CPU (answers in the target language's letters, a corpus chrF2 floor well below the measured figure), not
-one sentence's words."""
+one sentence's words; and it runs on the worker's one loaded LLM (the same model object and lane)."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 
 from rtc_agent.bench.translate import chrf, fold
 from rtc_agent.config import Settings
-from rtc_agent.engines import mt
+from rtc_agent.engines import llm, mt
+from rtc_agent.engines.llm.smollm import SmolLMEngine
 from rtc_agent.engines.mt import TextTranslateRequest
 from rtc_agent.worker import Worker
 
@@ -25,14 +27,19 @@ SENTENCES = [
 ]
 
 
-async def test_embedded_translates_into_spanish() -> None:
+async def test_embedded_translates_into_spanish_on_the_one_loaded_llm() -> None:
     settings = dataclasses.replace(Settings(), mt_engine="embedded", cache_dir=Settings().cache_dir)
+    models_before = sum(isinstance(o, SmolLMEngine) for o in gc.get_objects())  # other tests' shared engines
     worker = Worker()
-    for spec in mt.engine_specs(settings):
+    for spec in [llm.engine_spec(settings), *mt.engine_specs(settings)]:  # as register_engines does
         worker.add(spec)
     try:
         results = [await worker.call("mt", TextTranslateRequest(en, "en", "es"), timeout=600)
                    for en, _ in SENTENCES]
+        translator, model = await worker.load("mt"), await worker.load("llm")
+        assert worker.host_of("mt") == "llm" and translator.chat is model  # one model object, one lane
+        assert sum(isinstance(o, SmolLMEngine) for o in gc.get_objects()) == models_before + 1
+        assert worker.stats()["mt"]["calls"] == len(SENTENCES) and worker.stats()["llm"]["calls"] == 0
     finally:
         await worker.close()
     texts = [r.text for r in results]

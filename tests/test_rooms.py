@@ -234,7 +234,8 @@ async def test_call_config_is_validated(server):
     settings = Settings()
     ok = CallApp.validate_config({"room": "r", "name": " Ann\x00 ", "language": "es"}, settings)
     assert ok == {"room": "r", "name": "Ann", "language": "es", "listen_language": "es", "captions": True,
-                  "interpret": True, "listen_speech": True}
+                  "interpret": True, "listen_speech": True, "mic_muted": False, "camera_muted": False,
+                  "role": "speaker"}
     assert CallApp.validate_config({"room": "r"}, settings)["listen_language"] == "en"
     for bad in ({}, {"room": "a b"}, {"room": "r", "language": "xx"}, {"room": "r", "captions": "yes"},
                 {"room": "r", "video": True}):

@@ -52,18 +52,26 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
-    limits = Limits(max_value_bytes=2048, max_list_items=5)
-    if request.param == "memory":
-        made: StateStore = MemoryStore(limits)
-    elif request.param == "sqlite":
-        made = SqliteStore(tmp_path / "state.db", limits)
-    else:
-        from rtc_agent.state.redis_store import RedisStore
+BACKENDS = ["memory", "sqlite", "redis"]
 
-        made = RedisStore(request.getfixturevalue("redis_url"), limits)
-        await made._redis.flushdb()
+
+async def open_backend(request: pytest.FixtureRequest, tmp_path: Path, limits: Limits) -> StateStore:
+    """A fresh store of the backend ``request.param`` names (one of :data:`BACKENDS`) under ``limits``: SQLite in
+    ``tmp_path``, Redis on the :func:`redis_url` server, emptied first."""
+    if request.param == "memory":
+        return MemoryStore(limits)
+    if request.param == "sqlite":
+        return SqliteStore(tmp_path / "state.db", limits)
+    from rtc_agent.state.redis_store import RedisStore
+
+    made = RedisStore(request.getfixturevalue("redis_url"), limits)
+    await made._redis.flushdb()
+    return made
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StateStore]:
+    made = await open_backend(request, tmp_path, Limits(max_value_bytes=2048, max_list_items=5))
     yield made
     await made.close()
 

@@ -8,7 +8,11 @@ A route under ``/v1/`` without a rule needs an API key, so a new route is closed
 
 Who a principal is for rate limits and token quotas (``Principal.client``): ``key:<id>`` for an API key, the
 minter's name for a client token it minted, ``link:<digest prefix>`` for a room join link (so its holders share
-one budget, from however many addresses), ``ip:<address>`` for a page sign-in and open mode.
+one budget, from however many addresses), ``ip:<address>`` for a page sign-in and open mode. The address is the
+client's (:func:`client_ip`, through ``trusted_proxies``: :mod:`rtc_agent.auth.client_address`), not the proxy's.
+
+Open mode (no API keys) serves only local clients (loopback, no proxy between: a request a loopback proxy passed on
+is not local) unless ``insecure_open`` is set; anyone else gets 403 ``open_mode_local_only``.
 
 Session routes (``/v1/sessions/{id}`` and its exports) answer a request without a valid credential with the same
 401 whether the session exists or not; only an API key learns that an id is unknown (404).
@@ -34,6 +38,7 @@ from typing import Any
 
 from aiohttp import web
 
+from rtc_agent.auth.client_address import NO_PROXIES, TrustedProxies, client_address
 from rtc_agent.auth.origin import OriginPolicy
 from rtc_agent.auth.rate_limit import RateLimiter
 from rtc_agent.auth.secrets import ApiKeys, same_secret, secret_hash
@@ -99,6 +104,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/rooms"): _rule(API_KEY, PAGE, OPEN, rate="tokens"),
     ("GET", r"/v1/rooms/{room}/transcript.{fmt}"): _rule(API_KEY, PAGE, OPEN, CLIENT_TOKEN,
                                                          apps=frozenset({ROOM_JOIN_APP})),
+    # who is in a room now (names only), for the call page's pre-join screen: the same readers as its transcript
+    ("GET", "/v1/rooms/{room}"): _rule(API_KEY, PAGE, OPEN, CLIENT_TOKEN, apps=frozenset({ROOM_JOIN_APP})),
     ("GET", "/metrics"): _rule(API_KEY, OPEN),
     # OpenAI Realtime (rtc_agent.realtime): an ``ek_`` client secret opens exactly one connection or call
     ("POST", "/v1/realtime/client_secrets"): _rule(API_KEY, PAGE, OPEN, rate="tokens"),
@@ -128,6 +135,7 @@ class AccessControl:
         if metrics is not None:
             metrics.before_render(self.export_metrics)
         self.policy = OriginPolicy(settings)
+        self.proxies = TrustedProxies(settings.trusted_proxies, settings.trusted_proxy_header)
         logins = settings.rate_logins_per_minute
         self.limits = {
             "sessions": RateLimiter(settings.rate_sessions_per_minute, store=self.store, name="sessions"),
@@ -234,7 +242,7 @@ class AccessControl:
         cookie = request.cookies.get(PAGE_COOKIE)
         if cookie and self.cookie_allowed(request) and await self.signed_in(request):
             return Principal(PAGE, f"ip:{ip}")
-        if self.open:
+        if self.open and (self.settings.insecure_open or client_address(request, self.proxies).local):
             return Principal(OPEN, f"ip:{ip}")
         return None
 
@@ -252,6 +260,10 @@ class AccessControl:
             if bearer_token(request) or request.cookies.get(PAGE_COOKIE):
                 raise Unauthorized("the credential is not valid for this request (wrong, expired or used up)",
                                    code="invalid_credentials")
+            if self.open and OPEN in rule.allow:  # open, but this client is not on this machine
+                raise Forbidden("this server runs without API keys and serves only clients on its own machine; "
+                                "this request came through a proxy or from elsewhere: set api_keys (or "
+                                "insecure_open for a trusted network)", code="open_mode_local_only")
             raise Unauthorized("this request needs an API key or a client token (Authorization: Bearer ...)",
                                code="missing_credentials")
         if principal.kind == CLIENT_TOKEN and principal.token is not None:
@@ -260,7 +272,7 @@ class AccessControl:
                                 code="token_scope")
             if rule.consume:
                 await self.use_token(request)
-        if rule.rate is not None:
+        if rule.rate is not None and FORWARDED_BY_NODE not in request:  # a forwarding node spent it already
             await self.spend(rule.rate, principal.client)
         return principal
 
@@ -268,6 +280,9 @@ class AccessControl:
 AUTH = web.AppKey("auth", AccessControl)
 PRINCIPAL = web.RequestKey("principal", Principal)
 SIGNED_IN = web.RequestKey("signed_in", bool)  # whether the page cookie is a live sign-in (see signed_in)
+#: the id of the node that forwarded this request, once its signature checked (rtc_agent.server.node_link): that
+#: node authorised the client and spent its rate budget; the client's credential is still checked here
+FORWARDED_BY_NODE = web.RequestKey("forwarded_by_node", str)
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -286,12 +301,11 @@ def bearer_token(request: web.Request) -> str | None:
 
 
 def client_ip(request: web.Request) -> str:
-    """The peer address (proxies' forwarding headers are not trusted)."""
-    remote = request.remote or "unknown"
-    try:
-        return str(ipaddress.ip_address(remote))
-    except ValueError:
-        return remote
+    """The client's address: the peer's, or (when the peer is one of ``trusted_proxies``) the one its forwarding
+    header names, or the one a signed forward from another node carries (see
+    :mod:`rtc_agent.auth.client_address`). Every per-client limit and cap keys on this."""
+    control = request.app.get(AUTH)
+    return client_address(request, control.proxies if control is not None else NO_PROXIES).ip
 
 
 def client_network(ip: str) -> str:

@@ -23,11 +23,19 @@ def is_loopback_host(host: str) -> bool:
 def check_exposure(settings: Settings) -> str:
     """A one-line statement of the server's access mode for the start-up log.
 
-    Raises :class:`SettingsError` when no API keys are set, the address is not loopback and ``insecure_open``
-    is not given: an open server must not be reachable from other machines by accident.
+    Raises :class:`SettingsError` when no API keys are set, the address is not loopback (or ``trusted_proxies``
+    names a proxy, which passes other machines' requests on) and ``insecure_open`` is not given: an open server
+    must not be reachable from other machines by accident. Per request, open mode also serves only local clients
+    (:attr:`rtc_agent.auth.client_address.ClientAddress.local`) unless ``insecure_open`` is set.
     """
     if settings.api_keys:
         return f"API keys required ({len(settings.api_keys)} configured); pages sign in with a key"
+    if is_loopback_host(settings.host) and settings.trusted_proxies and not settings.insecure_open:
+        raise SettingsError(
+            f"refusing to run on {settings.host} without API keys behind trusted_proxies: a proxy passes other "
+            "machines' requests on, so even on loopback the server would be open to them; set api_keys "
+            "(--api-keys or RTC_AGENT_API_KEYS), or pass --insecure-open to serve them on purpose"
+        )
     if is_loopback_host(settings.host):
         return ("open mode: no API keys are configured, so anyone on this machine can start sessions "
                 "(bound to loopback only); set api_keys before listening on other addresses")

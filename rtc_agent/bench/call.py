@@ -16,12 +16,17 @@ others (one pipeline shared by all of them). Measured at the listeners, on the c
 
 Media between participants goes browser to browser in real calls; these peers send only their microphone to the
 server, as the /call page does, so the figures are the server's share of a call.
+
+Other measurements of a call are flags that hand the run to their own module (:data:`MODES`): ``--languages
+en-es|es-en-de`` (:mod:`rtc_agent.bench.call_languages`: interpretation into every listener's language), ``--sfu``
+(:mod:`rtc_agent.bench.call_sfu`: an interpreted webinar of N listeners through Janus).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import time
 from typing import Any
@@ -129,7 +134,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "targets": TARGETS, "load_1min_before": round(load_before, 2), "machine": machine()}
 
 
+#: flag -> the module that runs ``bench call`` when the flag is given (its ``add_arguments`` adds the flag and its
+#: options to this parser; its ``main(args)`` runs instead of the room sweep)
+MODES = {"sfu": "rtc_agent.bench.call_sfu", "languages": "rtc_agent.bench.call_languages"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for module in MODES.values():
+        importlib.import_module(module).add_arguments(parser)
     parser.add_argument("--participants", type=int, default=4, help="participants in the (largest) room (2-6)")
     parser.add_argument("--no-sweep", dest="sweep", action="store_false",
                         help="measure only the room of --participants (default: every size from 2)")
@@ -137,6 +149,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
+    for flag, module in MODES.items():
+        if getattr(args, flag, None):
+            return importlib.import_module(module).main(args)
     if not 2 <= args.participants <= 16:
         raise SystemExit("--participants must be 2-16")
     return write_json(asyncio.run(run(args)), args.out)

@@ -20,6 +20,10 @@ sentences of the reference without a final overlapping them (lost), finals that 
 events in a language other than ``--expect-language`` (for ``--language auto``). With ``--sessions N`` the
 first ``--load-s`` seconds of the set, as one stream, run on 1, 4, ... N sessions at once (WER, latency,
 lost and repeated per count).
+
+Every WER is scored by :func:`rtc_agent.words.wer` (numbers, contractions, spellings and compounds folded alike
+on every side). ``--rescore FILE`` scores a saved ``--set`` result again without running anything, so figures from
+before and after a change of the normaliser compare.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from rtc_agent.bench.audio import load_audio_array, offline_whisper
+from rtc_agent.bench.captions_scoring import rescore_file
 from rtc_agent.bench.captions_sessions import (
     TARGETS,
     asr_model,
@@ -145,10 +150,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --set and --sessions: seconds of the set streamed per session (default 90)")
     parser.add_argument("--note", help="with --set: a remark on the conditions (e.g. a shared machine), kept in "
                                        "the JSON")
+    parser.add_argument("--rescore", metavar="FILE",
+                        help="score a saved --set result (its clips' reference, streaming and offline texts) again "
+                             "with today's normaliser, without running anything; with --out, write it there")
     parser.add_argument("--out", help="write the JSON results here")
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.rescore:
+        try:
+            return write_json(rescore_file(args.rescore), args.out)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--rescore {args.rescore}: {exc}") from exc
     if args.set is not None:
         only = [x.strip() for x in args.only.split(",")] if args.only else None
         result = asyncio.run(run_set(Path(args.set) if args.set else None, args.sessions, args.language,

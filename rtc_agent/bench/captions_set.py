@@ -11,20 +11,19 @@ the load average before and after (other work on the machine shows there).
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rtc_agent.apps.captions.local_agreement import drop_repeated_sentences
 from rtc_agent.bench.audio import load_audio_48k, offline_whisper
+from rtc_agent.bench.captions_scoring import SCORING, family_rows, finals_of, repeated_finals
 from rtc_agent.bench.captions_sessions import TARGETS, asr_model, score_session, stream_sessions
-from rtc_agent.bench.common import local_server, machine, normalize_text, percentile_ms, wer
+from rtc_agent.bench.common import local_server, machine, percentile_ms, wer
 from rtc_agent.bench.speech_set import build, default_dir, load_clip
 
-__all__ = ["cpu_model", "family_rows", "load_runs", "run_set", "set_checks"]
+__all__ = ["cpu_model", "load_runs", "run_set", "set_checks"]
 
 
 def cpu_model() -> str | None:
@@ -43,41 +42,21 @@ def _ends(clip: Any) -> list[float]:
 
 
 def set_checks(run: dict[str, Any], spans: list[tuple[float, float]], expect_language: str | None,
-               offset_s: float = 0.0) -> dict[str, Any]:
-    """Lost sentences (no non-empty final overlapping a reference sentence), finals repeating a sentence (their
-    own or the one before), and caption events labelled with another language."""
+               offset_s: float = 0.0, reference: str | None = None) -> dict[str, Any]:
+    """Lost sentences (no non-empty final overlapping a reference sentence), finals repeated
+    (:func:`repeated_finals` against ``reference``), and caption events labelled with another language."""
     finals = [e for e, _ in run["events"] if e["type"] == "caption.final" and e["text"].strip()]
     lost = 0
     for a, b in spans:
         if not any(f["audio_start_ms"] / 1000 - offset_s < b + 0.3 and f["audio_end_ms"] / 1000 - offset_s > a - 0.3
                    for f in finals):
             lost += 1
-    norm = [normalize_text(f["text"]) for f in finals]
-    repeated = sum(1 for f, n in zip(finals, norm, strict=True)
-                   if normalize_text(drop_repeated_sentences(f["text"])) != n)
-    repeated += sum(1 for x, y in itertools.pairwise(norm) if len(y.split()) >= 4 and x == y)
     other = [e.get("language") for e, _ in run["events"] if e["type"] in ("caption.partial", "caption.final")
              and (e.get("text") or e.get("committed") or e.get("tentative"))
              and expect_language and e.get("language") not in (None, expect_language)]
-    return {"lost_sentences": lost, "repeated_finals": repeated, "other_language_events": len(other),
-            "other_languages": sorted(set(other)), "max_behind_ms": (run["info"].get("app_stats") or {}).get(
-                "max_behind_ms")}
-
-
-def family_rows(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row[key], []).append(row)
-    groups["overall"] = rows
-    out = {}
-    for name, members in groups.items():
-        ref = " ".join(r["reference"] for r in members)
-        streaming = wer(ref, " ".join(r["text"] for r in members))
-        offline = wer(ref, " ".join(r["offline_text"] for r in members))
-        out[name] = {"clips": len(members), "streaming_wer": round(streaming, 4), "offline_wer": round(offline, 4),
-                     "points_over_offline": round(100 * (streaming - offline), 2),
-                     "target_met": bool(100 * (streaming - offline) <= TARGETS["wer_points_over_offline"])}
-    return out
+    return {"lost_sentences": lost, "repeated_finals": repeated_finals([f["text"] for f in finals], reference),
+            "other_language_events": len(other), "other_languages": sorted(set(other)),
+            "max_behind_ms": (run["info"].get("app_stats") or {}).get("max_behind_ms")}
 
 
 async def run_set(set_dir: Path | None, sessions: int, language: str, expect_language: str | None,
@@ -101,11 +80,13 @@ async def run_set(set_dir: Path | None, sessions: int, language: str, expect_lan
             pcm16 = audio[clip.name]
             run_ = (await stream_sessions(server.base_url, load_audio_48k(pcm16), 1, language, prior))[0][0]
             score = score_session(run_, _ends(clip), clip.reference)
-            checks = set_checks(run_, [(s["start_s"], s["end_s"]) for s in clip.sentences], expect_language)
+            checks = set_checks(run_, [(s["start_s"], s["end_s"]) for s in clip.sentences], expect_language,
+                                reference=clip.reference)
             latencies += score["latencies_s"]
             row.update(text=score["text"], streaming_wer=score["wer"],
                        offline_wer=round(wer(clip.reference, row["offline_text"]), 4),
-                       final_latency_ms=score["final_latency_ms"], partial_gap_ms=score["partial_gap_ms"], **checks)
+                       final_latency_ms=score["final_latency_ms"], partial_gap_ms=score["partial_gap_ms"], **checks,
+                       finals=finals_of(run_, score["latencies_s"]))
         by_count: dict[str, Any] = {}
         if sessions > 1:
             by_count = await load_runs(server, clips, audio, sessions, language, expect_language, realtime_limit_s,
@@ -117,6 +98,7 @@ async def run_set(set_dir: Path | None, sessions: int, language: str, expect_lan
         "language": language,
         "language_prior": prior,
         "asr_model": asr_model() or "packaged whisper base",
+        "scoring": SCORING,
         "families": families,
         "voices": family_rows(rows, "clip"),
         "final_latency_ms": {"p50": percentile_ms(latencies, 50), "p90": percentile_ms(latencies, 90),
@@ -155,7 +137,7 @@ async def load_runs(server: Any, clips: list[Any], audio: dict[str, np.ndarray],
     for n in sorted({1, *(k for k in (4, 8, 16) if k < sessions), sessions}):
         runs, refused = await stream_sessions(server.base_url, load_audio_48k(pcm16), n, language, prior)
         scores = [score_session(r, ends, reference) for r in runs]
-        checks = [set_checks(r, spans, expect_language) for r in runs]
+        checks = [set_checks(r, spans, expect_language, reference=reference) for r in runs]
         lat = [x for sc in scores for x in sc["latencies_s"]]
         worst = max(lat) if lat else 0.0
         lost = sum(c["lost_sentences"] for c in checks)

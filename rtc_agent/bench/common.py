@@ -58,6 +58,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_udp_block(size: int) -> int:
+    """The first of ``size`` loopback UDP ports starting at a free ephemeral one (a media or relay range for a
+    daemon, which skips any port in it that is taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        return min(udp.getsockname()[1], 65535 - size)
+
+
 class ServerProcess:
     """A running ``rtc-agent serve`` child process: its URL, its ``/health`` and the CPU time it used."""
 
@@ -91,16 +99,17 @@ PEER_CLIENT_LIMITS: dict[str, Any] = {"max_pending_sessions_per_client": 256, "m
                                       "rate_uploads_per_minute": 6000, "rate_tokens_per_minute": 6000}
 
 
-# Engines that only some benchmarks use (a second LLM copy for text translation, the multilingual voice): the
-# server loads them at first use, as it does by default, instead of every benchmark paying their load and memory.
+# Engines that only some benchmarks use (the text translator: a second LLM copy only when its model differs from the
+# LLM's; the multilingual voice): the server loads them at first use, as it does by default, instead of every
+# benchmark paying their load and memory (``local_server(also_load=...)`` preloads them).
 ON_DEMAND_ENGINES = frozenset({"mt", "tts-kokoro"})
 
 
 @asynccontextmanager
-async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0,
+async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0, also_load: tuple[str, ...] = (),
                        **overrides: Any) -> AsyncIterator[ServerProcess]:
     """A real rtc-agent server in its own process on a free loopback port, every engine loaded (but
-    ``ON_DEMAND_ENGINES``).
+    ``ON_DEMAND_ENGINES``, except those named in ``also_load``).
 
     The server runs apart from the benchmark's peers, as it does in deployment: the peers' media work does not
     share the server's interpreter lock. With ``peer_nice`` > 0 this process (the peers: in deployment the
@@ -116,7 +125,8 @@ async def local_server(*, load_timeout_s: float = 600.0, peer_nice: int = 0,
     overrides = {**PEER_CLIENT_LIMITS, **overrides}
     port = free_port()
     settings = dataclasses.replace(Settings(), **overrides)
-    names = [spec.name for spec in engine_specs(settings) if spec.name not in ON_DEMAND_ENGINES]
+    names = [spec.name for spec in engine_specs(settings)
+             if spec.name not in ON_DEMAND_ENGINES or spec.name in also_load]
     env = {**os.environ, **{ENV_PREFIX + k.upper(): ",".join(v) if isinstance(v, list) else str(v)
                             for k, v in overrides.items()}}
     env[ENV_PREFIX + "PRELOAD"] = ",".join(names)
@@ -171,10 +181,8 @@ def normalize_text(text: str) -> str:
 
 
 def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate after :func:`normalize_text`."""
-    import jiwer
+    """Word error rate after :func:`rtc_agent.words.scoring_words` (numbers, contractions, spellings and
+    compounds folded alike on both sides: :mod:`rtc_agent.words.scoring`)."""
+    from rtc_agent.words import wer as scored_wer
 
-    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
-    return float(jiwer.wer(ref, hyp))
+    return scored_wer(reference, hypothesis)

@@ -7,26 +7,22 @@ variables (``RTC_AGENT_MAX_SESSIONS``); the ``help`` metadata is what ``rtc-agen
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-ENV_PREFIX = "RTC_AGENT_"
+from rtc_agent.config.engine_settings import EngineSettings
+from rtc_agent.config.options import ENV_PREFIX, PROJECT_ROOT
+from rtc_agent.config.options import opt as _opt
+
+__all__ = ["ENGINE_KINDS", "ENV_PREFIX", "LLM_PRECISIONS", "PROJECT_ROOT", "Settings", "SettingsError"]
+
 LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8", "int4")  # see rtc_agent.engines.llm.precision
 ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def _opt(default: Any, help: str, group: str = "server", **extra: Any) -> Any:
-    meta = {"help": help, "group": group, **extra}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 @dataclass
-class Settings:
-    """Everything the server can be told. Field names are the contract for TOML keys, flags and env vars."""
+class ServiceSettings:
+    """The server, session, security, state, replica, ICE, SFU and media fields of :class:`Settings`."""
 
     host: str = _opt("127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
     port: int = _opt(8080, "TCP port for HTTP and signaling.")
@@ -53,13 +49,25 @@ class Settings:
         12, "Most interpretation pairs (speaker, listen language) one call room runs at once; a listener past it "
             "gets an error event with code interpretation_unavailable.", "sessions")
     room_mt_backlog: int = _opt(
-        8, "Caption finals of one call room waiting for text translation; past it the oldest (a muted speaker's "
-           "first) are dropped, announced as translation.speech.catchup with action drop.", "sessions")
+        8, "Caption finals of one call room (or of one interpret session on the text route) waiting for text "
+           "translation; past it the oldest (a muted speaker's first) are dropped, announced as "
+           "translation.speech.catchup with action drop.", "sessions")
     room_replay_lines: int = _opt(
         20, "Transcript lines (with translations in their language) a late joiner of a call room gets.", "sessions")
+    room_transcript_max_lines: int = _opt(
+        5000, "Lines one call meeting's transcript keeps (in memory and in the state store); later lines are "
+              "counted as lines_dropped in transcript.json, not kept.", "sessions")
+    room_store_queue: int = _opt(
+        1000, "Meeting and transcript writes waiting for the state store (written in order, off the event loop's "
+              "critical path); past it a write is dropped (logged once, counted in /health state.meetings).",
+        "sessions")
     room_rejoin_grace_s: float = _opt(
         60.0, "An emptied call meeting stays joinable (same meeting, same transcript) this long before it ends.",
         "sessions")
+    room_tile_grace_s: float = _opt(
+        10.0, "How long a call page keeps the tile of a participant who left or lost its connection (marked "
+              "'left' or 'connection lost' at once) before removing it; one who rejoins under the same name within "
+              "it takes its tile back.", "sessions")
     max_pending_sessions_per_client: int = _opt(
         4, "Most not-yet-connected sessions one client (API key or IP) may hold at once (429 above).", "sessions"
     )
@@ -82,6 +90,11 @@ class Settings:
     shutdown_timeout_s: float = _opt(
         10.0, "On shutdown (SIGTERM), at most this many seconds to tell sessions and finish their captions.",
         "sessions"
+    )
+    shutdown_drain_s: float = _opt(
+        2.0, "On SIGTERM, first drain for up to this many seconds: /health answers 503 draining and new sessions "
+             "get 503 server_draining (a load balancer moves traffic away) while running sessions go on; then they "
+             "end with session.ended server_shutdown (0 = at once).", "sessions"
     )
     final_drain_s: float = _opt(
         3.0, "When a session ends (deleted, shutdown, max duration), wait up to this long for the final caption "
@@ -106,6 +119,12 @@ class Settings:
     allowed_hosts: list[str] = _opt([], "Host names the server answers to besides loopback names, the bound "
                                         "address and (when bound to every interface) IP literals; guards against "
                                         "DNS rebinding; * allows any.", "security")
+    trusted_proxies: list[str] = _opt([], "Reverse proxies (IPs/CIDRs, e.g. 127.0.0.1/32) whose forwarding header "
+                                      "names the client for rate limits and caps: the right-most address there not "
+                                      "itself trusted. Empty: the TCP peer. Proxied is never local (open mode).",
+                                      "security")
+    trusted_proxy_header: str = _opt("x-forwarded-for", "The one header trusted_proxies name the client in: "
+                                     "x-forwarded-for or forwarded (RFC 7239 for=).", "security")
     client_token_ttl_s: int = _opt(300, "Lifetime of client tokens from POST /v1/tokens, in seconds.", "security")
     room_link_ttl_s: int = _opt(
         4 * 3600, "Lifetime of a call room's join link (POST /v1/rooms), in seconds; its holders may join until then.",
@@ -138,6 +157,23 @@ class Settings:
                                                   "ones are refused (413 state_limit).", "state")
     state_max_list_items: int = _opt(20000, "Most items one list in the state store holds (e.g. the lines of one "
                                             "transcript); appends past it are refused.", "state")
+    node_url: str = _opt(
+        "", "How the other rtc-agent nodes sharing this state_url reach this one (http://HOST:PORT, e.g. "
+            "http://10.0.0.2:8080): a call room is hosted by one node, and a node that does not host it forwards the "
+            "participant's offer there. Empty: a single node (every room here). Needs node_secret and a shared "
+            "(redis://) state_url.", "replicas")
+    node_id: str = _opt("", "This node's name in logs and forwarded requests (letters, digits, '.', '-', '_'; "
+                            "empty: derived from node_url).", "replicas")
+    node_secret: str = _opt("", "Secret shared by every node (at least 16 characters): signs the requests one node "
+                                "forwards to another, so the owner of a room trusts the client address and the "
+                                "rate budget a forwarding node vouches for. Never logged.", "replicas", secret=True)
+    room_lease_ttl_s: float = _opt(
+        6.0, "A call room belongs to the node holding its lease in the state store, renewed every third of this; "
+             "when that node dies its rooms can re-form on another node after at most this many seconds (1-300).",
+        "replicas")
+    node_forward_timeout_s: float = _opt(
+        25.0, "Most seconds a node waits for another node's answer to a request it forwarded (an offer's answer "
+              "includes gathering ICE candidates); past it 502 node_timeout (1-120).", "replicas")
     request_read_timeout_s: float = _opt(
         10.0, "A JSON, SDP or form request body (the sign-in form included, read before its key is checked) not "
               "all read within this many seconds gets 408 request_timeout (uploads: upload_read_timeout_s).",
@@ -188,6 +224,15 @@ class Settings:
     turn_ttl_s: int = _opt(600, "Lifetime of generated TURN credentials in seconds (60-86400): how long a "
                                 "browser may start using them; relays already allocated keep running.", "ice")
     ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
+    sfu_url: str = _opt("", "How rtc-agent reaches the Janus SFU for rooms past a mesh: its WebSocket API, e.g. "
+                            "ws://127.0.0.1:8188 (empty = no SFU: rooms are browser-to-browser meshes only).", "sfu")
+    sfu_public_url: str = _opt("", "The Janus API URL browsers use to reach the SFU (default: sfu_url).", "sfu")
+    sfu_api_secret: str = _opt("", "Janus's api_secret, when it has one; never sent to browsers or logged.", "sfu",
+                               secret=True)
+    sfu_max_listeners: int = _opt(300, "Most listeners (role listener: no media, a count on the page) in one SFU "
+                                       "room; one more gets 409 room_full.", "sfu")
+    sfu_max_speakers: int = _opt(16, "Most speakers (publishers of audio and video) in one SFU room; one more gets "
+                                     "409 room_full.", "sfu")
     audio_jitter_frames: int = _opt(0, "Audio frames (20 ms) a receiver waits for after each one before decoding "
                                        "it (aiortc's default is 4: 80 ms). 0 decodes each packet as it arrives "
                                        "and drops reordered ones: the fastest VAD; more tolerates reordering.",
@@ -197,120 +242,12 @@ class Settings:
     echo_delay_s: float = _opt(1.0, "Delay of the echo diagnostic app, in seconds.", "media")
     max_output_seconds: float = _opt(120.0, "Most seconds of speech queued on a session's outgoing track.",
                                      "media")
-    preload: list[str] = _opt(["vad", "asr", "tts", "llm"],
-                              "Engines to load in the background at start-up, so the first session does not wait "
-                              "(comma-separated; empty = load on first use).", "engines")
-    cache_dir: str = _opt(str(Path.home() / ".cache" / "rtc-agent"),
-                          "Folder for assembled and converted model files.", "engines")
-    static_dir: str = _opt(str(PROJECT_ROOT / "static"), "Folder of the browser client's static files.", "pages")
-    templates_dir: str = _opt(str(PROJECT_ROOT / "templates"), "Folder of the page templates.", "pages")
-    # Engine switches, the same for every kind (DESIGN.md section 6).
-    asr_engine: str = _opt("embedded", "Speech recognition engine: embedded or openai.", "engines")
-    asr_url: str = _opt("", "Base URL of an OpenAI-compatible ASR server.", "engines")
-    asr_model: str = _opt("", "ASR model: empty = the packaged Whisper base; a CTranslate2 model folder; or a "
-                              "faster-whisper name (large-v3, ...) already in the Hugging Face cache.", "engines")
-    asr_device: str = _opt("cpu", "Device of the embedded ASR engine: cpu, cuda or auto.", "engines")
-    asr_compute_type: str = _opt("default", "CTranslate2 compute type (int8, float16, int8_float16, ...); default "
-                                            "= int8 on CPU, float16 on CUDA.", "engines")
-    asr_threads: int = _opt(0, "CPU threads of each embedded ASR decode; two run at once (0 = auto: half the "
-                                  "cores each, at least 1).", "engines")
-    asr_language: str = _opt("auto", "Spoken language for captions: a Whisper code such as en, or auto.", "engines")
-    captions_context_s: float = _opt(
-        16.0, "Most seconds of a session's earlier speech the final decode of a caption also hears (more: closer to "
-              "offline accuracy, slower finals; 0: none).", "engines")
-    captions_final_budget_ms: int = _opt(
-        450, "Time a caption's final decode may take: the earlier speech it hears is cut to fit, from how fast "
-             "recent final decodes ran (under load it hears less, so sessions stay real time).", "engines")
-    asr_api_key: str = _opt("", "API key for the remote ASR server.", "engines", secret=True)
-    vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")
-    vad_min_silence_ms: int = _opt(250, "Silence that ends an utterance, in ms.", "engines")
-    vad_min_speech_ms: int = _opt(200, "Shortest speech that counts as an utterance, in ms.", "engines")
-    agent_barge_in_min_ms: int = _opt(300, "Speech over the agent's reply must be loud for this many ms before "
-                                           "it cancels the reply (shorter: echo, breathing; 0-2000; per session: "
-                                           "config barge_in_min_ms).", "engines")
-    agent_barge_in_floor_dbfs: float = _opt(-40.0, "Speech quieter than this (RMS dBFS) never interrupts the "
-                                                   "agent (breathing, room noise; -90 to 0).", "engines")
-    agent_barge_in_margin_db: float = _opt(10.0, "Speech must be this many dB above the input heard while the "
-                                                 "agent speaks (its residual echo, background talk) to interrupt "
-                                                 "it (0-40).", "engines")
-    st_engine: str = _opt("embedded", "Speech translation engine: embedded, openai or cascade.", "engines")
-    st_url: str = _opt("", "Base URL of an OpenAI-compatible speech-translation server.", "engines")
-    st_model: str = _opt("", "Speech-translation model name or path.", "engines")
-    st_api_key: str = _opt("", "API key for the remote speech-translation server.", "engines", secret=True)
-    st_mode: str = _opt("target", "What the remote speech LLM answers: target (translation only) or source+target "
-                                  "(transcript and translation).", "engines")
-    st_chunk_ms: int = _opt(800, "Interpretation chunk after the first 1600 ms one: 800 or 1600 ms.", "engines")
-    st_window_s: float = _opt(24.0, "Cut the interpretation context after this many seconds of speech (0 = only "
-                                    "on the model's length limit and token budget).", "engines")
-    st_max_model_len: int = _opt(8192, "Context length in tokens of the remote speech-translation model (the "
-                                       "policy cuts its context before the budget runs out).", "engines")
-    st_max_lag_s: float = _opt(3.0, "Spoken translation lag (s) above which speech speeds up or skips stale text.",
-                               "engines")
-    st_max_upload_bytes: int = _opt(32 * 1024 * 1024, "Largest audio upload to /v1/translate/stream (413 above).",
-                                    "limits")
-    st_max_upload_seconds: float = _opt(1800.0, "Longest audio /v1/translate/stream translates: refused (413 "
-                                                "audio_too_long) when the file's header says more, stopped with an "
-                                                "error event when decoding passes it.", "limits")
-    upload_read_timeout_s: float = _opt(20.0, "An upload that sends no data for this long gets 408 "
-                                              "(upload_timeout).", "limits")
-    upload_deadline_s: float = _opt(120.0, "An upload whose body is not all read this many seconds after the "
-                                           "request started gets 408 (upload_timeout).", "limits")
-    max_instructions_chars: int = _opt(8000, "Longest agent instructions (config, session.update) and tool output "
-                                             "accepted (400 / error config_too_large above).", "limits")
-    max_tools: int = _opt(32, "Most tools a page may declare in session.update (config_too_large above).", "limits")
-    max_tool_schema_bytes: int = _opt(16384, "Largest total JSON size of the tools a page declares "
-                                             "(config_too_large above).", "limits")
-    max_text_field_chars: int = _opt(1000, "Longest other free-text config field or client text (filler, vision "
-                                           "prompt, user message...; config_too_large above).", "limits")
-    llm_engine: str = _opt("embedded", "LLM engine: embedded or openai.", "engines")
-    llm_url: str = _opt("", "Base URL of an OpenAI-compatible chat-completions server.", "engines")
-    llm_model: str = _opt("", "LLM model: empty = the packaged default (see README); smollm2-135m or "
-                              "qwen2.5-coder-0.5b; a .gguf or transformers "
-                              "folder; or the remote server's model name (empty = its first model).", "engines")
-    llm_api_key: str = _opt("", "API key for the remote LLM server.", "engines", secret=True)
-    llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
-                                      "prompts, bfloat16 for long ones, on CPUs with native bf16; else float32), "
-                                      "float32, bfloat16, int8 or int4.", "engines")
-    mt_engine: str = _opt("auto", "Text translation engine: auto (ctranslate2 when mt_model_dir is set, else "
-                                  "openai when mt_url is set, else embedded), embedded (the packaged LLM, a rough "
-                                  "fallback), openai, ctranslate2 or none.", "engines")
-    mt_url: str = _opt("", "Base URL of an OpenAI-compatible chat server that translates text.", "engines")
-    mt_model: str = _opt("", "Text translation model: the remote server's model name (empty = its first), or "
-                             "for embedded a packaged LLM name (empty = llm_model's).", "engines")
-    mt_api_key: str = _opt("", "API key for the remote text translation server.", "engines", secret=True)
-    mt_model_dir: str = _opt("", "A CTranslate2 translation model folder (OPUS-MT/Marian or NLLB, converted with "
-                                 "ct2-transformers-converter) for mt_engine ctranslate2.", "engines")
-    mt_max_chars: int = _opt(2000, "Longest text one translation request may hold (text_too_long above).", "limits")
-    mt_timeout_s: float = _opt(30.0, "Most seconds a remote text translation may stay silent.", "engines")
-    mt_beam: int = _opt(2, "Beam size of the CTranslate2 text translation model (1 = greedy, fastest).", "engines")
-    tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
-    tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
-    tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "
-                              "remote server's model name.", "engines")
-    tts_voice: str = _opt("alloy", "Voice name for the remote TTS server.", "engines")
-    tts_api_key: str = _opt("", "API key for the remote TTS server.", "engines", secret=True)
-    tts_speed: float = _opt(1.0, "Speaking rate (1.0 = the voice's own).", "engines")
-    tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
-    tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
-    # Speech in the listener's language (engines/tts/languages.py): which engine speaks which language.
-    tts_language: str = _opt("en", "Language (ISO 639-1) of the configured TTS voice: en for the packaged Piper "
-                                   "joe voice and the remote tts_voice.", "engines")
-    tts_voices: list[str] = _opt([], "More languages the remote TTS server speaks, as LANG=VOICE (comma-separated, "
-                                     "e.g. es=nova,fr=echo).", "engines")
-    tts_multilingual: str = _opt("auto", "Speech in the languages the TTS engine does not speak: auto (the packaged "
-                                         "Kokoro voice for es, de, it, pt), kokoro (Kokoro for those even "
-                                         "where the engine speaks them) or off (those languages are text only).",
-                                 "engines")
-    kokoro_voices: list[str] = _opt([], "Kokoro voice per language as LANG=VOICE (jf_alpha, jf_gongitsune, "
-                                        "jf_nezumi, jf_tebukuro, jm_kumo); a language Kokoro reads through espeak-ng "
-                                        "but does not by default (fr, hi) is added this way; empty = the measured "
-                                        "best voices.", "engines")
-    kokoro_threads: int = _opt(0, "CPU threads of the Kokoro voice (0 = auto: half the cores, at least 1).",
-                               "engines")
-    vlm_engine: str = _opt("embedded", "Vision engine: embedded (scene describer), transformers, moss, or "
-                                       "sglang/openai (remote).", "engines")
-    vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")
-    vlm_model: str = _opt("", "Vision model name or path.", "engines")
+
+
+@dataclass
+class Settings(EngineSettings, ServiceSettings):
+    """Everything the server can be told. Field names are the contract for TOML keys, flags and env vars (the
+    service fields come first, then the engines', as ``rtc-agent serve --help`` lists them)."""
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked (``secret`` fields as ``***``, ``*_url``/``*_urls`` without user-info

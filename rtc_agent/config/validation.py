@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+
+from rtc_agent.config.replicas import validate_replicas
 from rtc_agent.config.settings import LLM_PRECISIONS, Settings, SettingsError
 
 
@@ -32,6 +35,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
     if not 60 <= settings.turn_ttl_s <= 86400:
         raise SettingsError(f"turn_ttl_s must be 60-86400 seconds, got {settings.turn_ttl_s}")
+    if settings.sfu_url and not settings.sfu_url.startswith(("ws://", "wss://")):
+        raise SettingsError("sfu_url must be a Janus WebSocket API URL (ws:// or wss://) or empty")
+    if not 0 <= settings.sfu_max_listeners <= 10000 or not 1 <= settings.sfu_max_speakers <= 64:
+        raise SettingsError("sfu_max_listeners must be 0-10000 and sfu_max_speakers 1-64")
     if not 0 <= settings.audio_jitter_frames <= 4:
         raise SettingsError("audio_jitter_frames must be 0-4")
     if settings.video_fps <= 0 or settings.video_max_edge < 16:
@@ -40,6 +47,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("heartbeat_timeout_s must be > 0")
     if not 0 <= settings.captions_context_s <= 20 or not 100 <= settings.captions_final_budget_ms <= 10_000:
         raise SettingsError("captions_context_s must be 0-20 and captions_final_budget_ms 100-10000")
+    if not 0 <= settings.captions_split_min_s <= 30:
+        raise SettingsError("captions_split_min_s must be 0-30 (0: never split at pauses)")
     if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
             or settings.final_drain_s < 0:
         raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "
@@ -76,6 +85,12 @@ def validate(settings: Settings) -> None:
             raise SettingsError(f"{name} must be at least 1")
     if settings.room_rejoin_grace_s < 0:
         raise SettingsError("room_rejoin_grace_s must be >= 0")
+    if not 0 <= settings.room_tile_grace_s <= 3600:
+        raise SettingsError("room_tile_grace_s must be 0-3600 seconds")
+    if settings.room_transcript_max_lines < 1 or settings.room_store_queue < 1:
+        raise SettingsError("room_transcript_max_lines and room_store_queue must be at least 1")
+    if not 0 <= settings.shutdown_drain_s <= 3600:
+        raise SettingsError("shutdown_drain_s must be 0-3600 seconds")
     for name in ("request_read_timeout_s", "channel_messages_per_s", "channel_burst_s", "channel_overload_close_s"):
         if getattr(settings, name) <= 0:
             raise SettingsError(f"{name} must be > 0")
@@ -101,3 +116,22 @@ def validate(settings: Settings) -> None:
                 raise SettingsError(f"{name}: {entry!r} is not LANG=VOICE (LANG an ISO 639-1 code such as es)")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("log_level must be debug, info, warning or error")
+    validate_proxies(settings)
+    validate_replicas(settings)  # node_url, node_secret, room leases (rtc_agent.config.replicas)
+
+
+def validate_proxies(settings: Settings) -> None:
+    """``trusted_proxies``: IPs or CIDRs (no host bits, never ``/0``, which would let any client name its own
+    address); ``trusted_proxy_header``: ``x-forwarded-for`` or ``forwarded``."""
+    for entry in (p.strip() for e in settings.trusted_proxies for p in str(e).split(",")):
+        if not entry:
+            continue
+        try:
+            network = ipaddress.ip_network(entry, strict=True)
+        except ValueError as exc:
+            raise SettingsError(f"trusted_proxies: {entry!r} is not an IP address or CIDR ({exc})") from None
+        if network.prefixlen == 0:
+            raise SettingsError(f"trusted_proxies: {entry!r} trusts every address (any client could set its own); "
+                                "name the proxies' addresses")
+    if settings.trusted_proxy_header.strip().lower() not in ("x-forwarded-for", "forwarded"):
+        raise SettingsError("trusted_proxy_header must be x-forwarded-for or forwarded")

@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from rtc_agent.auth import AUTH, PRINCIPAL
+from rtc_agent.auth.access import client_ip
 from rtc_agent.errors import AgentError, UnsupportedMediaType
 from rtc_agent.protocol import json_limits
 from rtc_agent.realtime.adapter import RealtimeAdapter, serving_app
@@ -111,7 +112,7 @@ async def create_call(request: web.Request) -> web.StreamResponse:
     app_cls, app_config = serving_app(config, settings)
     check_offer(sdp, CandidateFilter(allow_loopback=settings.ice_allow_loopback_candidates),
                 max_candidates=settings.max_candidates_per_patch * SESSION_CANDIDATES_FACTOR)
-    registry.check_capacity(principal.client, peer=request.remote)
+    registry.check_capacity(principal.client, peer=client_ip(request))
     app[ADMISSION].check(app_cls.name)  # before any engine work: load, and this app's measured capacity
     token = principal.token
     # the secret is used up first (atomic in the state store: one call per secret); start() marks it admitted
@@ -121,7 +122,7 @@ async def create_call(request: web.Request) -> web.StreamResponse:
         call = RealtimeCall(app_cls, app_config, config, settings=settings, worker=app[WORKER],
                             metrics=app[METRICS], on_closed=registry.closed,
                             session_id=token.session_id if token is not None else "rtc_" + secrets.token_hex(12))
-        answer = await registry.start(call, sdp, client=principal.client, peer=request.remote, on_admit=on_admit)
+        answer = await registry.start(call, sdp, client=principal.client, peer=client_ip(request), on_admit=on_admit)
     return web.Response(status=201, text=answer, content_type=SDP_TYPE,
                         headers={"Location": f"/v1/realtime/calls/{call.id}", "Cache-Control": "no-store"})
 

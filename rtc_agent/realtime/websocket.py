@@ -19,6 +19,7 @@ import secrets
 from aiohttp import web
 
 from rtc_agent.auth import PRINCIPAL
+from rtc_agent.auth.access import client_ip
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.realtime.adapter import MAX_EVENT_BYTES, serving_app
 from rtc_agent.realtime.events import RealtimeError
@@ -47,7 +48,7 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
     principal = request[PRINCIPAL]
     config = session_for(principal, settings, kind=intent, model=request.query.get("model"))
     app_cls, app_config = serving_app(config, settings)
-    registry.check_capacity(principal.client, peer=request.remote, pending=False)  # connected at once
+    registry.check_capacity(principal.client, peer=client_ip(request), pending=False)  # connected at once
     app[ADMISSION].check(app_cls.name)  # before any engine work: load, and this app's measured capacity
     ws = web.WebSocketResponse(protocols=("realtime",), heartbeat=HEARTBEAT_S, max_msg_size=2 * MAX_EVENT_BYTES)
     await ws.prepare(request)

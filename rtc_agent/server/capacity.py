@@ -29,10 +29,12 @@ __all__ = ["CAPACITY", "RUNNING_SPEED", "SPEED_PROBE", "capacity_summary", "mach
 
 
 def running_sessions(registry: Any, app_name: str | None = None) -> int:
-    """Sessions in ``registry`` (of ``app_name``, when given) that have not ended."""
+    """Sessions in ``registry`` (of ``app_name``, when given) that have not ended; per app, an SFU room's
+    listeners (call config ``role: "listener"``: no media to this server) do not count."""
     if app_name is None:
         return len(registry.active)
-    return sum(1 for s in registry.active.values() if getattr(s, "app_name", None) == app_name)
+    return sum(1 for s in registry.active.values() if getattr(s, "app_name", None) == app_name
+               and (getattr(s, "config", None) or {}).get("role") != "listener")
 
 
 def machine_capacity(app: web.Application, settings: Any, worker: Any, registry: Any) -> CapacityPlanner:

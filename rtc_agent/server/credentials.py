@@ -41,7 +41,7 @@ async def create_token(request: web.Request) -> web.Response:
         raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
     principal, scope, join_ttl = request[PRINCIPAL], None, 0.0
     if principal.kind == CLIENT_TOKEN:  # a room join token (the rule admits no other): one call participant
-        config, scope, join_ttl = exchange_join_token(request.app[ROOMS], principal, cls.name, config)
+        config, scope, join_ttl = await exchange_join_token(request.app[ROOMS], principal, cls.name, config)
     # refuse a config no session could start with, now
     cls.admit(cls.validate_config(dict(config), settings), request.app[ROOMS])
     ttl = data.get("ttl_s", settings.client_token_ttl_s)

@@ -4,7 +4,9 @@
 remote servers, and those names never carry user-info, query tokens or registered secrets.
 
 Readiness (:func:`readiness`): ``status`` is ``"loading"`` (still HTTP 200: the process is alive) while an engine
-that is preloaded at start (``--preload``) is not ready yet, else ``"ok"``. ``readiness`` says per engine
+that is preloaded at start (``--preload``) is not ready yet, else ``"ok"``; ``"draining"`` with HTTP 503 (and the
+same body) once the server is shutting down and refuses new sessions (:mod:`rtc_agent.server.draining`), so a load
+balancer moves new traffic away. ``readiness`` says per engine
 ``state`` (``ready``, ``loading``, ``failed``, or ``on_demand``: not preloaded, loads with the first session that
 needs it), ``progress`` (the engine's last load message) and ``percent`` (0-100 when the message tells it, e.g.
 "part 3/6", else null), and per app whether all the engines it needs are ready (``apps``). The pages show the
@@ -16,6 +18,15 @@ input), the ``slowdown`` measured under load and the ``running_figures`` the rul
 once enough batches were measured, else ``probe``), ``pending`` and ``failed`` engines, and per app ``sessions``
 (the limit; null while unmeasured), ``probe_sessions`` (what the start-up probe alone gives), ``running``,
 ``source`` (``measured``, ``override`` or ``unmeasured``), ``enforced``, ``share`` and ``demand``.
+
+``state`` is the state store: ``store`` (its kind) and ``url`` (secrets masked), and ``meetings``, how the writes of
+meetings and transcripts to it fare (:meth:`~rtc_agent.apps.call.store_journal.StoreJournal.stats`: ``ok`` false
+once one failed or was dropped, then the server holds what the store lacks in memory only; ``failed``,
+``dropped``, ``queued``, ``last_error``); null when meetings are not kept in a store.
+
+``node`` (only when ``node_url`` is set: one of several replicas, :mod:`rtc_agent.server.forwarding`) is this
+node's ``id`` and ``url`` (never its secret), and ``rooms_held`` how many call room leases it holds now (the rooms it
+hosts or has just claimed for an offer); both are left out on a single node.
 """
 
 from __future__ import annotations
@@ -29,7 +40,8 @@ from aiohttp import web
 from rtc_agent import __version__
 from rtc_agent.redact import redact_data
 from rtc_agent.server.capacity import CAPACITY
-from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, SETTINGS, STARTED_AT, WORKER
+from rtc_agent.server.forwarding import FORWARDER
+from rtc_agent.server.keys import LAG_MONITOR, METRICS, REGISTRY, ROOMS, SETTINGS, STARTED_AT, WORKER
 
 #: The engines each app needs before its first turn (an engine the server does not have is left out).
 APP_ENGINES: dict[str, tuple[str, ...]] = {
@@ -90,8 +102,9 @@ async def health(request: web.Request) -> web.Response:
     app = request.app
     registry = app[REGISTRY]
     ready = readiness(app)
+    persist = app[ROOMS].meetings.persist if ROOMS in app else None
     return web.json_response(redact_data({
-        "status": ready["status"],
+        "status": "draining" if registry.draining else ready["status"],
         "readiness": {"engines": ready["engines"], "apps": ready["apps"]},
         "version": __version__,
         "uptime_s": round(time.monotonic() - app[STARTED_AT], 3),
@@ -99,7 +112,19 @@ async def health(request: web.Request) -> web.Response:
         "event_loop_lag": app[LAG_MONITOR].stats(),
         "engines": app[WORKER].stats(),
         "capacity": app[CAPACITY].snapshot() if CAPACITY in app else None,
-    }))
+        "state": {"store": persist.store.kind, "url": persist.store.url, "meetings": persist.journal.stats()}
+        if persist is not None else None,
+        **node_status(app),
+    }), status=503 if registry.draining else 200)
+
+
+def node_status(app: web.Application) -> dict[str, Any]:
+    """``{"node": {"id", "url"}, "rooms_held"}`` for a node with ``node_url`` (a replica), else ``{}``."""
+    forwarder = app.get(FORWARDER)
+    if forwarder is None or not forwarder.enabled:
+        return {}
+    held = len(forwarder.leases.held) if forwarder.leases is not None else 0
+    return {"node": {"id": forwarder.node_id, "url": forwarder.node_url}, "rooms_held": held}
 
 
 async def metrics(request: web.Request) -> web.Response:

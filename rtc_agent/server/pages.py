@@ -66,7 +66,8 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
     "Server setup" box, not as instructions to end users); ``capacity``: per app the sessions this machine holds
     in real time and those running (``server.capacity.capacity_summary``; null when not given or unmeasured);
     ``listen``: per page language what a call listener gets in it (``apps.interpret.deliverable.listen_options``:
-    ``{text, speech, engine, voice, quality, reason}``; ``reason`` says why not when text or speech is false).
+    ``{text, speech, engine, voice, quality, reason}``; ``reason`` says why not when text or speech is false);
+    ``sfu``: whether call rooms can go through the SFU (``sfu_url`` is set: ``mode: "sfu"`` rooms, listeners).
     """
     from rtc_agent.apps.interpret.deliverable import listen_options
     from rtc_agent.engines import st
@@ -96,9 +97,10 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
     }
     setup = []
     if english_st:
-        setup.append("Interpretation translates into English only with the embedded engine (Whisper's translate "
-                     "task). Other target languages need a speech LLM or a text LLM: start the server with "
-                     "--st-engine openai --st-url URL, or --st-engine cascade (see the README).")
+        setup.append("Speech translation gives English only with the embedded engine (Whisper's translate "
+                     "task); other target languages are translated from the recognised text by the text "
+                     "translator (--mt-engine, quality per language in the list). A speech LLM or a better text "
+                     "model: --st-engine openai --st-url URL, --mt-url URL or --mt-model-dir DIR (see the README).")
     if not tools:
         setup.append(f"The embedded language model ({engines['llm']['model']}) is not offered the agent's tools "
                      "by default: it answers without them. Tools come with --llm-engine openai --llm-url URL, or "
@@ -108,7 +110,8 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
                      "languages (--asr-model).")
     return {"asr": {"languages": sources}, "st": {"targets": targets, "sources": sources},
             "agent": {"tools": tools}, "engines": engines, "setup": setup, "capacity": capacity,
-            "listen": listen_options(settings, PAGE_LANGUAGES)}
+            "listen": listen_options(settings, PAGE_LANGUAGES),
+            "sfu": bool(getattr(settings, "sfu_url", ""))}  # rooms past a mesh go through the SFU (mode "sfu")
 
 
 def render(request: web.Request, page: Page) -> str:
@@ -120,6 +123,7 @@ def render(request: web.Request, page: Page) -> str:
         "client_config": {
             "app": page.app,
             "heartbeat_interval_ms": int(min(2000, settings.heartbeat_timeout_s * 1000 / 4)),
+            "room_tile_grace_ms": int(settings.room_tile_grace_s * 1000),  # the call page's gone tiles
             "media": {"audio": True, "video": page.video},
             "session_config": {},
             "auth": page_auth(request),

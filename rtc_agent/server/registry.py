@@ -95,6 +95,23 @@ class SessionRegistry:
         self._origins: dict[str, tuple[str, ...]] = {}  # session id -> what it counts against while pending
         self._evicting: set[str] = set()
         self._closing: set[asyncio.Task] = set()
+        self.drain_retry_after_s: float | None = None  # set while draining (rtc_agent.server.draining)
+
+    # --- draining ---
+
+    @property
+    def draining(self) -> bool:
+        """The server is draining: every new session is refused (503 ``server_draining``)."""
+        return self.drain_retry_after_s is not None
+
+    def start_draining(self, retry_after_s: float) -> None:
+        """Refuse every new session from now on (their clients retry after ``retry_after_s``, elsewhere)."""
+        self.drain_retry_after_s = max(1.0, float(retry_after_s))
+
+    def _refuse_while_draining(self) -> None:
+        if self.drain_retry_after_s is not None:
+            raise AtCapacity("this server is shutting down and takes no new sessions; retry on another server or "
+                             "once it is back", code="server_draining", retry_after=self.drain_retry_after_s)
 
     # --- admission ---
 
@@ -170,7 +187,9 @@ class SessionRegistry:
         """Raise :class:`AtCapacity` (503, or 429 for the pending caps) when a new session of ``client`` from
         ``peer`` (its IP; the address of an ``ip:...`` client by default) may not start. ``pending``: it starts
         not connected (a WebRTC offer); ``False`` for one connected at once (a WebSocket), which needs a slot
-        but no room in the pending pool. Closes nothing: where :meth:`start` would make room, this passes."""
+        but no room in the pending pool. Closes nothing: where :meth:`start` would make room, this passes.
+        While draining: 503 ``server_draining``."""
+        self._refuse_while_draining()
         self._admit(client, peer, pending=pending)
 
     def add(self, session: Session, *, client: str | None = None, peer: str | None = None,
@@ -201,6 +220,7 @@ class SessionRegistry:
         check, ``on_admit`` and the registration), and accept its offer; the answer SDP. A failed set-up
         closes the session (which frees its slot whatever goes wrong) and re-raises."""
         session.client = client
+        self._refuse_while_draining()
         for _ in range(EVICT_ATTEMPTS):
             victim = self._admit(client, peer, pending=True)
             if victim is None:

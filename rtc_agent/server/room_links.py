@@ -1,4 +1,5 @@
-"""Room routes: ``POST /v1/rooms`` (a join link) and ``GET /v1/rooms/{room}/transcript.vtt`` / ``.json``.
+"""Room routes: ``POST /v1/rooms`` (a join link), ``GET /v1/rooms/{room}`` (who is in it) and
+``GET /v1/rooms/{room}/transcript.vtt`` / ``.json``.
 
 Join links. ``POST /v1/rooms {room?, ttl_s?}`` (an API key, a page sign-in, or open mode) answers 201
 ``{room, meeting_id, join_token, expires_at, url}``. The join token (``rj_...``) is bound to one meeting of that
@@ -17,6 +18,14 @@ transcript only (while live or idle, then for ``room_transcript_ttl_s`` after it
 another meeting or room). An API key, a page sign-in or open mode reads the meeting named by ``?meeting=``, or
 without it the room's current meeting (once someone joined), else its latest ended one. 404 when there is none
 (``room_not_found`` / ``meeting_not_found``), expired ones included; 400 ``invalid_meeting`` for a malformed id.
+The VTT carries each line's translations as extra cue lines (``[en] Hello``); ``?language=xx`` gives one language
+instead: each line's translation into it where there is one, its source text otherwise (400 ``invalid_language``
+for a malformed code; :mod:`rtc_agent.apps.call.transcript_vtt`).
+
+Presence. ``GET /v1/rooms/{room}`` (the same readers as the transcript; a join token for its own room only, else
+403 ``token_scope``) answers ``{room, participants: [{name}], count, max_participants}``: who is in the room on
+this node now, names only (no ids, languages or tokens), for the call page's pre-join screen. A room nobody is
+in answers ``count: 0``.
 
 The rooms are the server's :class:`~rtc_agent.apps.call.RoomRegistry` (``app[ROOMS]``), which its ``call``
 sessions join.
@@ -31,6 +40,8 @@ from typing import Any
 from aiohttp import web
 
 from rtc_agent.apps.call import MeetingEnded, RoomRegistry, check_meeting_id, check_room_name
+from rtc_agent.apps.call.sfu.rooms import link_mode
+from rtc_agent.apps.call.transcript_vtt import check_transcript_language
 from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PRINCIPAL, ROOM_JOIN_APP, Forbidden, Principal
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.server.http_errors import read_json_object
@@ -56,8 +67,8 @@ def _meeting_to_read(request: web.Request, room: str) -> str | None:
 
 
 async def create_room(request: web.Request) -> web.Response:
-    """``POST /v1/rooms {room?, ttl_s?}`` -> 201 ``{room, meeting_id, join_token, expires_at, url, participants,
-    max_participants}`` (see the module)."""
+    """``POST /v1/rooms {room?, ttl_s?, mode?, size?}`` -> 201 ``{room, meeting_id, join_token, expires_at, url,
+    mode, participants, max_participants}`` (see the module; ``mode``/``size``: :func:`link_mode`)."""
     settings, control = request.app[SETTINGS], request.app[AUTH]
     data: dict[str, Any] = {}
     if request.can_read_body:
@@ -69,6 +80,8 @@ async def create_room(request: web.Request) -> web.Response:
     if not valid or not MIN_LINK_TTL_S <= ttl <= settings.room_link_ttl_s:
         raise InvalidRequest(f"'ttl_s' must be {MIN_LINK_TTL_S}-{settings.room_link_ttl_s} seconds", code="invalid_ttl")
     registry = request.app[ROOMS]
+    mode = link_mode(registry, data, room, float(ttl))  # "sfu": through Janus (rtc_agent.apps.call.sfu)
+    await registry.meetings.load(room)  # the state store's current meeting of the name (a restart, another node)
     meeting = registry.meetings.for_link(room)
     # the link counts against its creator's quota; its holders are limited per link (``link:...`` principals)
     value, token = await control.tokens.mint(ROOM_JOIN_APP, {"room": room}, float(ttl),
@@ -78,25 +91,46 @@ async def create_room(request: web.Request) -> web.Response:
     live = registry.rooms.get(room)
     return web.json_response(
         {"room": room, "meeting_id": meeting.id, "join_token": value, "expires_at": int(token.expires_at),
-         "url": f"/call?room={room}#join={value}", "participants": len(live.participants) if live else 0,
-         "max_participants": settings.max_room_participants},
+         "url": f"/call?room={room}{'&mode=sfu' if mode == 'sfu' else ''}#join={value}", "mode": mode,
+         "participants": len(live.participants) if live else 0,
+         "max_participants": settings.sfu_max_speakers + settings.sfu_max_listeners if mode == "sfu"
+         else settings.max_room_participants},
         status=201, headers={"Cache-Control": "no-store"})
 
 
 async def get_transcript(request: web.Request) -> web.Response:
-    """``GET /v1/rooms/{room}/transcript.vtt|json[?meeting=mtg_...]`` (see the module)."""
+    """``GET /v1/rooms/{room}/transcript.vtt|json[?meeting=mtg_...][&language=xx]`` (see the module)."""
     room = check_room_name(request.match_info["room"])
     meeting_id = _meeting_to_read(request, room)
-    transcript = request.app[ROOMS].transcript(room, meeting_id)
+    raw_language = request.query.get("language")
+    language = check_transcript_language(raw_language) if raw_language is not None else None
+    transcript = await request.app[ROOMS].meetings.read_transcript(room, meeting_id)  # the state store's
     fmt = request.match_info["fmt"]
-    disposition = {"Content-Disposition": f'inline; filename="{room}.{fmt}"', "Cache-Control": "no-store"}
+    name = f"{room}.{language}" if language and fmt == "vtt" else room
+    disposition = {"Content-Disposition": f'inline; filename="{name}.{fmt}"', "Cache-Control": "no-store"}
     if fmt == "vtt":
-        return web.Response(text=transcript.to_vtt(), content_type="text/vtt", charset="utf-8", headers=disposition)
+        return web.Response(text=transcript.to_vtt(language), content_type="text/vtt", charset="utf-8",
+                            headers=disposition)
     return web.json_response(transcript.to_json(), headers=disposition)
 
 
-def exchange_join_token(rooms: RoomRegistry, principal: Principal, app_name: Any,
-                        config: dict[str, Any]) -> tuple[dict, dict, float]:
+async def get_presence(request: web.Request) -> web.Response:
+    """``GET /v1/rooms/{room}`` -> ``{room, participants: [{name}], count, max_participants}`` (see the module)."""
+    room = check_room_name(request.match_info["room"])
+    principal = request[PRINCIPAL]
+    if principal.kind == CLIENT_TOKEN:
+        scope = principal.token.scope if principal.token is not None else {}
+        if scope.get("room") != room:
+            raise Forbidden("this join token is for another room", code="token_scope")
+    live = request.app[ROOMS].rooms.get(room)
+    names = [{"name": p.name} for p in live.participants.values()] if live is not None else []
+    return web.json_response({"room": room, "participants": names, "count": len(names),
+                              "max_participants": request.app[SETTINGS].max_room_participants},
+                             headers={"Cache-Control": "no-store"})
+
+
+async def exchange_join_token(rooms: RoomRegistry, principal: Principal, app_name: Any,
+                              config: dict[str, Any]) -> tuple[dict, dict, float]:
     """``POST /v1/tokens`` with a join token: ``(config, scope, seconds left)`` for a client token of one
     participant of the token's room (the ``call`` app only; never outliving the join token), while the token's
     meeting is current in ``rooms`` (else 410 ``meeting_ended``); that meeting then stays current while the client
@@ -107,10 +141,9 @@ def exchange_join_token(rooms: RoomRegistry, principal: Principal, app_name: Any
     room, meeting_id = join.scope.get("room"), join.scope.get("meeting")
     if config.get("room", room) != room:
         raise Forbidden("this join token is for another room", code="token_scope")
-    book = rooms.meetings
-    meeting = book.find(meeting_id) if isinstance(meeting_id, str) else None
-    if meeting is None and isinstance(meeting_id, str) and isinstance(room, str):
-        meeting = book.restore(meeting_id, room, join.expires_at)  # a link from before a restart
+    book, meeting = rooms.meetings, None
+    if isinstance(meeting_id, str) and isinstance(room, str):  # found here, in the state store, or restored
+        meeting = await book.load_link(meeting_id, room, join.expires_at)  # (a link from before a restart)
     if meeting is None or meeting.name != room:
         raise MeetingEnded(f"the meeting of this join link (room {room!r}) has ended; ask for a new link")
     left = max(1.0, join.expires_at - time.time())
@@ -121,3 +154,4 @@ def exchange_join_token(rooms: RoomRegistry, principal: Principal, app_name: Any
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/rooms", create_room)
     app.router.add_get(r"/v1/rooms/{room}/transcript.{fmt:vtt|json}", get_transcript)
+    app.router.add_get("/v1/rooms/{room}", get_presence)

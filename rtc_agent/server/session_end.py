@@ -31,11 +31,12 @@ ENDED_MESSAGES = {
     "ice_failed": "The network connection failed (ICE).",
     "setup_failed": "The session could not be set up.",
     "rate_limited": "The client kept sending more messages than its budget allows; the session was closed.",
+    "room_moved": "Another server hosts this call room now; join again to reach it.",
 }
 
 #: Reasons whose ``session.ended`` the client may still read (the others mean the channel is gone or going).
 ANNOUNCED = frozenset({"heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
-                       "internal_error", "rate_limited"})
+                       "internal_error", "rate_limited", "room_moved"})
 
 
 def ended_message(reason: str) -> str:

@@ -13,6 +13,7 @@ from rtc_agent.auth.secrets import new_secret
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.offer import check_offer
+from rtc_agent.server.forwarding import offer_elsewhere
 from rtc_agent.server.http_errors import decode_text, parse_json, read_body
 from rtc_agent.server.ice import ice_servers_response
 from rtc_agent.server.keys import ADMISSION, METRICS, REGISTRY, ROOMS, SETTINGS, WORKER, app_class
@@ -67,7 +68,10 @@ async def create_session(request: web.Request) -> web.Response:
                                  code="token_scope")
         app_name = token.app
     app_cls = app_class(app, app_name)
-    app[ADMISSION].check(app_cls.name)  # this app's measured capacity, before any engine work
+    # this app's measured capacity, before any engine work; an SFU room's listener (no media to this server)
+    # costs only its event channel: the load signals alone
+    listener = app_cls.name == "call" and isinstance(config, dict) and config.get("role") == "listener"
+    app[ADMISSION].check(None if listener else app_cls.name)
     if not isinstance(config, dict):
         raise InvalidRequest("'config' must be a JSON object", code="invalid_config")
     if token is not None:
@@ -75,6 +79,9 @@ async def create_session(request: web.Request) -> web.Response:
     if token is not None and token.scope.get("room") not in (None, config.get("room")):
         raise Forbidden("this client token admits its holder to another room", code="token_scope")
     config = app_cls.validate_config(config, settings)
+    forwarded = await offer_elsewhere(request, app_cls.name, config, body)
+    if forwarded is not None:  # another node hosts this call room: its answer, unchanged (server/forwarding.py)
+        return forwarded
     app_cls.admit(config, app[ROOMS])
     claim: Any = contextlib.nullcontext()  # yields no on_admit
     if token is not None:  # a malformed offer gets its 400 here, with the token still valid

@@ -59,6 +59,13 @@ class EngineSpec:
       :mod:`~rtc_agent.worker.priority`): an engine with a ``checkpoint`` attribute gets a function it calls
       between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch, and one
       with a ``step_done`` attribute a function it calls when it stops computing before the next step.
+    - ``shares``: the name of an engine registered earlier whose lane this one runs on, so one loaded model serves
+      two kinds of request (the embedded text translator on the embedded LLM): its queue, its threads, its loaded
+      engine and its priority hooks. ``adapt(host)`` makes this engine from the host's loaded engine, once, on the
+      event loop (a thin wrapper: it must not load or block); ``max_queue`` bounds this engine's share of the
+      host's queue; with ``urgent`` its requests are taken before the host's own waiting requests (never
+      interrupting a running batch). When no engine of that name is registered, the spec gets a lane of its own
+      from ``factory`` like any other (``adapt`` unused), so a worker with only this engine still serves it.
     """
 
     name: str
@@ -70,10 +77,15 @@ class EngineSpec:
     capacity: int | None = None
     yields_to: tuple[str, ...] = ()
     yield_max_s: float = 0.5
+    shares: str | None = None
+    adapt: Callable[[Engine], Engine] | None = None
+    urgent: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("EngineSpec.name must not be empty")
+        if self.shares is not None and (self.shares == self.name or not callable(self.adapt)):
+            raise ValueError(f"EngineSpec {self.name!r}: shares needs another engine's name and a callable adapt")
         if not callable(self.factory):
             raise ValueError(f"EngineSpec {self.name!r}: factory must be callable")
         for field_name in ("max_queue", "max_batch", "concurrency"):

@@ -1,9 +1,15 @@
 """One engine's lane through the worker: its bounded queue, the dispatcher that forms batches, the batches
-running in its thread pool, and its counters. See :mod:`rtc_agent.worker.worker` for the contract."""
+running in its thread pool, and its counters. See :mod:`rtc_agent.worker.worker` for the contract.
+
+Engines registered with ``EngineSpec.shares`` run on the lane of the engine they name (:meth:`EngineLane.add_view`):
+their requests wait in the same queue (urgent ones first) and run in the same threads on the same loaded model,
+each batch holding the requests of one engine only; their counters are their own
+(:class:`~rtc_agent.worker.views.EngineView`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -19,16 +25,18 @@ from rtc_agent.worker.leases import EngineLeases
 from rtc_agent.worker.loader import EngineLoader
 from rtc_agent.worker.priority import PriorityGate
 from rtc_agent.worker.request_queue import PendingRequest, RequestQueue
+from rtc_agent.worker.views import EngineView, hooks_of, stats_row
 
 logger = logging.getLogger("rtc_agent.worker")
 
 
-def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate,
-                   name: str) -> tuple[Any, float, float]:
-    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times."""
+def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate, name: str,
+                   host: Engine | None = None, hooks: Any = None) -> tuple[Any, float, float]:
+    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times. For a
+    view, ``host`` is the lane's engine and ``hooks`` the view's step hooks (:func:`hooks_of`)."""
     start = time.monotonic()
     try:
-        with gate.running(name):
+        with gate.running(name), hooks_of(host, hooks) if host is not None else contextlib.nullcontext():
             outcome: Any = engine.run_batch(requests)
     except Exception as exc:
         outcome = exc
@@ -64,6 +72,7 @@ class EngineLane:
         self.queue_delay_total = 0.0
         self.recent_delays: deque[tuple[float, float]] = deque(maxlen=256)  # (taken at, delay) per request
         self.run_time_total = 0.0
+        self.views: dict[str, EngineView] = {}
         self._metrics = metrics
         self._priority = priority
         self._is_closed = is_closed
@@ -72,22 +81,41 @@ class EngineLane:
         """Mean seconds a batch ran, None before the first batch."""
         return self.run_time_total / self.batch_count if self.batch_count else None
 
+    def add_view(self, spec: EngineSpec) -> None:
+        """Serve the engine of ``spec`` (``spec.shares`` names this lane's) on this lane; the queue grows by its
+        ``max_queue``, which bounds its requests."""
+        self.views[spec.name] = EngineView(spec, self._priority, self.spec.concurrency)
+        self.queue.maxsize += spec.max_queue
+
+    def view_engine(self, view: str) -> Engine:
+        """The engine ``view`` over this lane's loaded engine (load it first)."""
+        assert self.loader.engine is not None
+        return self.views[view].engine_of(self.loader.engine)
+
+    def _owner(self, view: str | None) -> EngineLane | EngineView:
+        """Whose counters a request of ``view`` moves: this lane's (None) or the view's."""
+        return self if view is None else self.views[view]
+
     # calls --------------------------------------------------------------------------------------------------
 
-    async def call(self, request: Any, timeout: float | None) -> Any:
-        """Queue ``request``, wait for its result and return it (see :meth:`Worker.call`)."""
-        name = self.spec.name
+    async def call(self, request: Any, timeout: float | None, view: str | None = None) -> Any:
+        """Queue ``request`` (for the engine ``view`` sharing this lane; None: the lane's own), wait for its
+        result and return it (see :meth:`Worker.call`)."""
+        owner = self._owner(view)
+        spec = self.spec if view is None else self.views[view].spec
+        name = spec.name
         if self._is_closed():
             raise closed_error(name)
         loop = asyncio.get_running_loop()
-        pending = PendingRequest(request, loop.create_future(), time.monotonic())
-        if not self.queue.put_nowait(pending):
-            self.rejected += 1
+        pending = PendingRequest(request, loop.create_future(), time.monotonic(), view=view, urgent=spec.urgent)
+        own_full = bool(self.views) and self.queue.live_of(view) >= spec.max_queue  # each its own share
+        if own_full or not self.queue.put_nowait(pending):
+            owner.rejected += 1
             raise AtCapacity(
-                f"engine {name!r} is overloaded ({self.spec.max_queue} requests queued)",
+                f"engine {name!r} is overloaded ({spec.max_queue} requests queued)",
                 code="engine_overloaded", retry_after=self._overload_retry_after(),
             )
-        self.calls += 1
+        owner.calls += 1
         self.set_depth()
         self._ensure_dispatcher()
         if timeout is None:
@@ -96,8 +124,8 @@ class EngineLane:
             async with asyncio.timeout(timeout):
                 return await pending.future
         except TimeoutError:
-            self.timeouts += 1
-            self.errors += 1
+            owner.timeouts += 1
+            owner.errors += 1
             raise EngineError(
                 f"engine {name!r} did not answer within {timeout:.3g} s", code="engine_timeout"
             ) from None
@@ -109,8 +137,11 @@ class EngineLane:
         return round(max(0.1, batches_ahead * mean_run), 2)
 
     def set_depth(self) -> None:
-        """Publish the live queue depth as the ``engine_queue_depth`` metric."""
-        self._metrics.engine_queue_depth.labels(engine=self.spec.name).set(self.queue.live())
+        """Publish the live queue depth of this lane's engine and of each view as the ``engine_queue_depth``
+        metric."""
+        self._metrics.engine_queue_depth.labels(engine=self.spec.name).set(self.queue.live_of(None))
+        for name in self.views:
+            self._metrics.engine_queue_depth.labels(engine=name).set(self.queue.live_of(name))
 
     def _ensure_dispatcher(self) -> None:
         if self.dispatcher is None or self.dispatcher.done():
@@ -118,17 +149,20 @@ class EngineLane:
                 self._dispatch(), name=f"rtc_agent.worker.dispatch.{self.spec.name}"
             )
 
-    def fail(self, items: list[PendingRequest], make: Callable[[], EngineError]) -> None:
-        """Fail each request of ``items`` whose caller still waits with a fresh error from ``make``."""
+    def fail(self, items: list[PendingRequest], make: Callable[[str], EngineError]) -> None:
+        """Fail each request of ``items`` whose caller still waits with a fresh error from ``make(name)``, ``name``
+        being the engine the request was for."""
         for pending in items:
             if not pending.future.done():
-                pending.future.set_exception(make())
-                self.errors += 1
+                pending.future.set_exception(make(self._name_of(pending.view)))
+                self._owner(pending.view).errors += 1
+
+    def _name_of(self, view: str | None) -> str:
+        return self.spec.name if view is None else view
 
     def fail_queued(self) -> None:
         """Fail everything still queued with ``worker_closed``."""
-        name = self.spec.name
-        self.fail(self.queue.drain(), lambda: closed_error(name))
+        self.fail(self.queue.drain(), closed_error)
         self.set_depth()
 
     # dispatching --------------------------------------------------------------------------------------------
@@ -152,11 +186,11 @@ class EngineLane:
                     task.add_done_callback(self.batches.discard)
                     started = True
             except asyncio.CancelledError:
-                self.fail(batch, lambda: closed_error(name))
+                self.fail(batch, closed_error)
                 raise
             except Exception as exc:  # a bug here must not kill the dispatcher
                 logger.exception("engine %s: dispatcher error", name)
-                self.fail(batch, lambda exc=exc: engine_failure(name, exc))
+                self.fail(batch, lambda who, exc=exc: engine_failure(who, exc))
             finally:
                 if not started:
                     self.run_slots.release()
@@ -188,40 +222,55 @@ class EngineLane:
             except EngineError as exc:
                 items = batch + self.queue.drain()
                 batch.clear()
-                self.fail(items, lambda exc=exc: engine_failure(spec.name, exc))
+                self.fail(items, lambda who, exc=exc: engine_failure(who, exc))
                 self.set_depth()
 
     async def _run(self, batch: list[PendingRequest]) -> None:
-        """Run one batch in the engine's thread pool, record metrics and deliver each result to its caller."""
-        name = self.spec.name
-        engine = self.loader.engine
-        assert engine is not None
-        n = len(batch)
-        self.in_flight += n
+        """Run one batch in the engine's thread pool: the requests of each engine on the lane (the lane's own,
+        then each view's) as one ``run_batch`` of that engine, one after the other."""
+        groups: dict[str | None, list[PendingRequest]] = {}
+        for pending in batch:
+            groups.setdefault(pending.view, []).append(pending)
         try:
-            outcome, start, end = await asyncio.get_running_loop().run_in_executor(
-                self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, name
-            )
+            for view, group in groups.items():
+                await self._run_group(view, group)
         except asyncio.CancelledError:
-            self.fail(batch, lambda: closed_error(name))
+            self.fail(batch, closed_error)
             raise
-        except Exception as exc:  # e.g. the executor was shut down
-            self.fail(batch, lambda exc=exc: engine_failure(name, exc))
-            return
         finally:
-            self.in_flight -= n
             self.run_slots.release()
 
-        self._record(batch, start, end - start)
+    async def _run_group(self, view: str | None, batch: list[PendingRequest]) -> None:
+        """Run the requests of one engine (``view``; None: the lane's own), record metrics and deliver each
+        result to its caller."""
+        name = self._name_of(view)
+        owner = self._owner(view)
+        host = self.loader.engine
+        assert host is not None
+        engine = host if view is None else self.views[view].engine_of(host)
+        hooks = None if view is None else self.views[view].hooks
+        n = len(batch)
+        owner.in_flight += n
+        try:
+            outcome, start, end = await asyncio.get_running_loop().run_in_executor(
+                self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, self.spec.name,
+                host if view is not None else None, hooks)
+        except Exception as exc:  # e.g. the executor was shut down
+            self.fail(batch, lambda who, exc=exc: engine_failure(who, exc))
+            return
+        finally:
+            owner.in_flight -= n
+
+        self._record(batch, start, end - start, owner, name)
         if isinstance(outcome, BaseException):
             logger.warning("engine %s: batch of %d failed: %r", name, n, outcome)
-            self.fail(batch, lambda: engine_failure(name, outcome))
+            self.fail(batch, lambda who: engine_failure(who, outcome))
             return
         if not isinstance(outcome, list | tuple) or len(outcome) != n:
             got = len(outcome) if isinstance(outcome, list | tuple) else type(outcome).__name__
             bad = EngineError(f"engine {name!r} returned {got} results for {n} requests", code="engine_error")
             logger.warning("%s", bad.message)
-            self.fail(batch, lambda: engine_failure(name, bad))
+            self.fail(batch, lambda who: engine_failure(who, bad))
             return
         failed = 0
         for pending, result in zip(batch, outcome, strict=True):
@@ -229,25 +278,27 @@ class EngineLane:
                 continue
             if isinstance(result, BaseException):
                 failed += 1
-                self.errors += 1
+                owner.errors += 1
                 pending.future.set_exception(engine_failure(name, result))
             else:
                 pending.future.set_result(result)
         if failed:
             logger.warning("engine %s: %d of %d requests in a batch failed", name, failed, n)
 
-    def _record(self, batch: list[PendingRequest], start: float, run_time: float) -> None:
-        """Count a batch that ran for ``run_time`` seconds from ``start``, in the counters and the metrics."""
-        self.batch_count += 1
-        self.batch_items += len(batch)
-        self.run_time_total += run_time
-        labels = {"engine": self.spec.name}
+    def _record(self, batch: list[PendingRequest], start: float, run_time: float, owner: EngineLane | EngineView,
+                name: str) -> None:
+        """Count a batch of engine ``name`` that ran for ``run_time`` seconds from ``start``, in ``owner``'s
+        counters and the metrics (the queue delays also in the lane's recent delays: the queue is shared)."""
+        owner.batch_count += 1
+        owner.batch_items += len(batch)
+        owner.run_time_total += run_time
+        labels = {"engine": name}
         self._metrics.engine_run_time.labels(**labels).observe(run_time)
         self._metrics.engine_batch_size.labels(**labels).observe(len(batch))
         delay_hist = self._metrics.engine_queue_delay.labels(**labels)
         for pending in batch:
             delay = max(0.0, start - pending.enqueued)
-            self.queue_delay_total += delay
+            owner.queue_delay_total += delay
             self.recent_delays.append((start, delay))
             delay_hist.observe(delay)
 
@@ -263,22 +314,10 @@ class EngineLane:
 
     def stats(self) -> dict[str, Any]:
         """This engine's row of :meth:`Worker.stats`."""
-        batches, items = self.batch_count, self.batch_items
-        return {
-            "loaded": self.loader.engine is not None,
-            "loading": self.loader.loading,
-            "progress": self.loader.progress,
-            "queue_depth": self.queue.live(),
-            "max_queue": self.spec.max_queue,
-            "in_flight": self.in_flight,
-            "leases": self.leases.held,
-            "capacity": self.spec.capacity,
-            "calls": self.calls,
-            "errors": self.errors,
-            "rejected": self.rejected,
-            "timeouts": self.timeouts,
-            "batches": batches,
-            "mean_batch_size": round(items / batches, 3) if batches else 0.0,
-            "mean_queue_delay_ms": round(1000 * self.queue_delay_total / items, 3) if items else 0.0,
-            "mean_run_ms": round(1000 * self.run_time_total / batches, 3) if batches else 0.0,
-        }
+        return stats_row(self, loaded=self.loader.engine is not None, loading=self.loader.loading,
+                         progress=self.loader.progress, queue_depth=self.queue.live_of(None),
+                         leases=self.leases.held, capacity=self.spec.capacity)
+
+    def view_stats(self, view: str) -> dict[str, Any]:
+        """The row of :meth:`Worker.stats` for the engine ``view`` sharing this lane."""
+        return self.views[view].stats(self.stats(), self.queue.live_of(view))

@@ -11,17 +11,21 @@ from typing import Any
 
 @dataclass(slots=True)
 class PendingRequest:
-    """One queued request: its payload, the caller's future and when it was queued (``time.monotonic``)."""
+    """One queued request: its payload, the caller's future and when it was queued (``time.monotonic``);
+    ``view``: the engine sharing the lane it is for (``EngineSpec.shares``; None: the lane's own engine);
+    ``urgent``: taken before the non-urgent ones, whatever the request says."""
 
     request: Any
     future: asyncio.Future[Any]
     enqueued: float
+    view: str | None = None
+    urgent: bool = False
 
 
 class RequestQueue:
     """A bounded queue of pending requests with a single consumer (the dispatcher): urgent requests (a request
-    whose ``urgent`` attribute is true: a result a person is waiting for, such as a caption's final decode) come
-    out before the others, each kind in arrival order.
+    whose ``urgent`` attribute is true: a result a person is waiting for, such as a caption's final decode; or a
+    pending request marked ``urgent``) come out before the others, each kind in arrival order.
 
     Requests whose caller has gone (future done: cancelled or timed out) are skipped by ``get`` and purged
     when the queue is full, so abandoned requests never hold queue slots or reach the engine.
@@ -44,6 +48,10 @@ class RequestQueue:
         """Requests still waiting for a caller."""
         return sum(1 for p in self._all() if not p.future.done())
 
+    def live_of(self, view: str | None) -> int:
+        """Requests still waiting for a caller, for ``view`` (None: the lane's own engine)."""
+        return sum(1 for p in self._all() if p.view == view and not p.future.done())
+
     def oldest_age(self, now: float) -> float:
         """Seconds the oldest live request has waited (0.0 when none)."""
         ages = [now - p.enqueued for p in self._all() if not p.future.done()]
@@ -56,7 +64,8 @@ class RequestQueue:
             self._items = deque(p for p in self._items if not p.future.done())
             if len(self) >= self.maxsize:
                 return False
-        (self._urgent if getattr(pending.request, "urgent", False) else self._items).append(pending)
+        urgent = pending.urgent or getattr(pending.request, "urgent", False)
+        (self._urgent if urgent else self._items).append(pending)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
         return True

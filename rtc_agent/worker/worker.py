@@ -18,7 +18,9 @@ unbounded queue anywhere: callers wait on futures that sit in the bounded queue 
 
 The worker is the registry of engines; each engine's part lives in its :class:`~rtc_agent.worker.lane.EngineLane`
 (queue, dispatcher, batches, counters), :class:`~rtc_agent.worker.loader.EngineLoader` and
-:class:`~rtc_agent.worker.leases.EngineLeases`.
+:class:`~rtc_agent.worker.leases.EngineLeases`. An engine registered with ``EngineSpec.shares`` (the embedded text
+translator over the embedded LLM) has no lane of its own: it runs on the lane of the engine it names, on that
+engine's loaded model (:meth:`Worker.host_of` tells which), and keeps its own name, queue bound and counters.
 """
 
 from __future__ import annotations
@@ -50,29 +52,45 @@ class Worker:
     def __init__(self, metrics: Metrics | None = None) -> None:
         self.metrics = metrics if metrics is not None else Metrics()
         self._lanes: dict[str, EngineLane] = {}
+        self._views: dict[str, str] = {}  # engine sharing a lane -> the lane's engine
+        self._names: list[str] = []
         self._closed = False
         self.priority = PriorityGate()
 
     # registration -------------------------------------------------------------------------------------------
 
     def add(self, spec: EngineSpec) -> None:
-        """Register an engine (not loaded yet). A duplicate name raises ``ValueError``."""
+        """Register an engine (not loaded yet): on a lane of its own, or on the lane of ``spec.shares`` when that
+        engine is registered (see :class:`EngineSpec`). A duplicate name raises ``ValueError``."""
         if self._closed:
             raise RuntimeError("the worker is closed")
-        if spec.name in self._lanes:
+        if spec.name in self._names:
             raise ValueError(f"engine {spec.name!r} is already registered")
-        self._lanes[spec.name] = EngineLane(spec, self.metrics, self.priority, lambda: self._closed)
+        if spec.shares is not None and spec.shares in self._lanes:
+            self._lanes[spec.shares].add_view(spec)
+            self._views[spec.name] = spec.shares
+        else:
+            self._lanes[spec.name] = EngineLane(spec, self.metrics, self.priority, lambda: self._closed)
+        self._names.append(spec.name)
         self.metrics.engine_queue_depth.labels(engine=spec.name).set(0)
 
     def names(self) -> list[str]:
-        """Registered engine names, in registration order."""
-        return list(self._lanes)
+        """Registered engine names, in registration order (those sharing a lane too)."""
+        return list(self._names)
 
-    def _lane(self, name: str) -> EngineLane:
+    def host_of(self, name: str) -> str:
+        """The engine whose lane and loaded model ``name`` runs on: ``name`` itself, or the engine it shares."""
+        self._route(name)
+        return self._views.get(name, name)
+
+    def _route(self, name: str) -> tuple[EngineLane, str | None]:
+        """The lane of engine ``name`` and its view name there (None: the lane's own engine)."""
+        if name in self._views:
+            return self._lanes[self._views[name]], name
         try:
-            return self._lanes[name]
+            return self._lanes[name], None
         except KeyError:
-            known = ", ".join(self._lanes) or "none"
+            known = ", ".join(self._names) or "none"
             raise UnknownEngine(f"unknown engine {name!r} (registered: {known})") from None
 
     # loading ------------------------------------------------------------------------------------------------
@@ -85,11 +103,15 @@ class Worker:
         with the engine name and the elapsed time. A failed load raises
         ``EngineError(code="engine_load_failed")`` (the original as ``__cause__``) and is retried by the next
         call. Cancelling a caller does not cancel the shared load. Raises ``UnknownEngine`` for an unknown name.
+        An engine sharing another's lane loads that engine and returns its own adapted engine.
         """
-        return await self._lane(name).loader.load()
+        lane, view = self._route(name)
+        engine = await lane.loader.load()
+        return engine if view is None else lane.view_engine(view)
 
     async def load_all(self) -> None:
-        """Load every registered engine concurrently; after all finished, raise the first failure."""
+        """Load every registered engine concurrently (those sharing a lane with their host); after all finished,
+        raise the first failure."""
         results = await asyncio.gather(*(self.load(n) for n in self._lanes), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
@@ -113,7 +135,8 @@ class Worker:
         Cancelling the caller removes its request (if not started yet) or drops its result; other requests in
         the same batch are unaffected.
         """
-        return await self._lane(name).call(request, timeout)
+        lane, view = self._route(name)
+        return await lane.call(request, timeout, view)
 
     def lease(self, name: str, *, wait: float = 0.0) -> AbstractAsyncContextManager[None]:
         """Hold one of the engine's ``capacity`` slots for the ``async with`` block (None: unlimited).
@@ -121,22 +144,29 @@ class Worker:
         Waits up to ``wait`` seconds for a free slot, then raises ``AtCapacity(code="engine_capacity")``
         with ``retry_after`` estimated from how long past leases were held (1-60 s). Waiters are served first
         come, first served. Leases gate sessions, not calls: a holder still uses :meth:`call` or the loaded
-        engine. Raises ``UnknownEngine`` at once for an unknown name.
+        engine. Raises ``UnknownEngine`` at once for an unknown name. An engine sharing another's lane holds
+        that engine's slots.
         """
-        return self._lane(name).leases.hold(wait)
+        return self._route(name)[0].leases.hold(wait)
 
     # introspection and shutdown -----------------------------------------------------------------------------
 
     def recent_queue_delays_ms(self, seconds: float) -> dict[str, float]:
         """Per engine, the longest time (ms) a request waited in its queue over the last ``seconds``, counting
-        requests still waiting now (a stalled engine shows up before any batch completes)."""
-        return {name: lane.recent_queue_delay_ms(seconds) for name, lane in self._lanes.items()}
+        requests still waiting now (a stalled engine shows up before any batch completes). Engines sharing a lane
+        report that lane's (shared) queue."""
+        return {name: self._route(name)[0].recent_queue_delay_ms(seconds) for name in self._names}
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per engine: ``loaded``, ``loading``, ``progress``, ``queue_depth``, ``max_queue``, ``in_flight``,
         ``leases``, ``capacity``, ``calls`` (accepted), ``errors``, ``rejected`` (overloaded), ``timeouts``,
-        ``batches``, ``mean_batch_size``, ``mean_queue_delay_ms``, ``mean_run_ms``. JSON-able."""
-        return {name: lane.stats() for name, lane in self._lanes.items()}
+        ``batches``, ``mean_batch_size``, ``mean_queue_delay_ms``, ``mean_run_ms``; an engine sharing another's
+        lane also ``shares`` (that engine's name), loads as it, and counts only its own requests. JSON-able."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self._names:
+            lane, view = self._route(name)
+            out[name] = lane.stats() if view is None else lane.view_stats(view)
+        return out
 
     @property
     def closed(self) -> bool:

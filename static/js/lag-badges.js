@@ -1,7 +1,9 @@
 // Lag where it matters: a call speaker's tile says "3.4 s behind" while its captions arrive late (a caption shown
 // more than CAPTION_LAG_MS after the speech it covers: the caption events' behind_ms) or its interpretation is
-// behind (translation.speech.catchup lag_ms over SPEECH_LAG_MS). It clears when a later event catches up, and by
-// itself after LAG_STALE_MS without news (a figure about a moment long gone is stale).
+// behind by more than SPEECH_LAG_MS (spoken: translation.speech.catchup lag_ms; as text: caption.translation
+// lag_ms). The worst of the three shows. It clears when a later event catches up, and by itself after LAG_STALE_MS
+// without news (a figure about a moment long gone is stale). Replayed events (a late joiner's transcript) say
+// nothing about lag now.
 
 export const CAPTION_LAG_MS = 2000;
 export const SPEECH_LAG_MS = 3000;
@@ -16,28 +18,29 @@ export class LagBadges {
   /** `render(id, lag)`: lag is null (nothing to show) or {ms, what: "captions"|"interpretation"}. */
   constructor(render) {
     this._render = render;
-    this._lags = new Map(); // id -> {captions: ms|null, interpretation: ms|null, timer}
+    this._lags = new Map(); // id -> {captions, interpretation, translation: ms|null, timer}
   }
 
   _update(id, what, ms) {
     if (!id) return;
-    const entry = this._lags.get(id) || { captions: null, interpretation: null, timer: null };
+    const entry = this._lags.get(id) || { captions: null, interpretation: null, translation: null, timer: null };
     entry[what] = ms;
     clearTimeout(entry.timer);
     entry.timer = null;
-    if (entry.captions === null && entry.interpretation === null) {
+    const kinds = ["interpretation", "translation", "captions"].filter((k) => entry[k] !== null);
+    if (!kinds.length) {
       if (this._lags.delete(id)) this._render(id, null);
       return;
     }
     entry.timer = setTimeout(() => this.forget(id), LAG_STALE_MS);
     this._lags.set(id, entry);
-    const worst = (entry.interpretation ?? -1) >= (entry.captions ?? -1) ? "interpretation" : "captions";
-    this._render(id, { ms: entry[worst], what: worst });
+    const worst = kinds.reduce((a, b) => (entry[b] > entry[a] ? b : a));
+    this._render(id, { ms: entry[worst], what: worst === "captions" ? "captions" : "interpretation" });
   }
 
   /** A caption.partial / caption.final of speaker `id` (its behind_ms, when the server sends it). */
   caption(id, ev) {
-    if (typeof ev.behind_ms !== "number") return;
+    if (ev.replayed || typeof ev.behind_ms !== "number") return;
     this._update(id, "captions", ev.behind_ms > CAPTION_LAG_MS ? ev.behind_ms : null);
   }
 
@@ -46,6 +49,13 @@ export class LagBadges {
     const lag = Number(ev.lag_ms);
     const behind = ev.action !== "normal" && Number.isFinite(lag) && lag > SPEECH_LAG_MS;
     this._update(id, "interpretation", behind ? lag : null);
+  }
+
+  /** A caption.translation of speaker `id` (its lag_ms, when the server sends it). */
+  translation(id, ev) {
+    const lag = Number(ev.lag_ms);
+    if (ev.replayed || ev.lag_ms === null || ev.lag_ms === undefined || !Number.isFinite(lag)) return;
+    this._update(id, "translation", lag > SPEECH_LAG_MS ? lag : null);
   }
 
   /** Clear `id`'s badge (it left, or the session ended). */

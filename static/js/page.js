@@ -7,8 +7,14 @@ import { RtcClient } from "./rtc-client.js";
 import { DeviceManager } from "./devices.js";
 import { EventLog } from "./event-log.js";
 import { LevelMeter, audioContext } from "./meters.js";
+import { MediaToggles } from "./media-toggles.js";
 
 const $ = (id) => document.getElementById(id);
+
+/** Server error codes of a passing engine fault: their banner clears with the next good result (GOOD_EVENT). */
+const TRANSIENT_ERROR_CODES = new Set(["engine_timeout", "engine_error", "engine_overloaded", "engine_capacity",
+  "asr_timeout", "captions_dropped", "server_busy"]);
+const GOOD_EVENT = /^(caption\.(partial|final)|translation\.(chunk|speech\.started)|response\.(output_|done)|conversation\.item\.input_audio_transcription\.completed|vision\.)/;
 
 function readConfig() {
   const el = $("client-config");
@@ -257,6 +263,7 @@ async function main() {
   }
 
   const errors = makeErrorBanner();
+  let appModule = null; // the app's module (static/js/apps/<app>.js), once mounted
   const log = new EventLog($("event-log"), {
     limit: 200, heartbeatToggle: $("log-heartbeats"), metricsToggle: $("log-metrics"), filterInput: $("log-filter"),
   });
@@ -319,10 +326,13 @@ async function main() {
     connectBtn.textContent = client.endReason || s === "failed" ? "Reconnect" : "Connect";
     if (disconnectBtn) disconnectBtn.disabled = !busy;
   };
+  // An app may read the connection its own way (the call page: joined, reconnecting in N s): then the state badge
+  // shows that reading ({text, state}) instead of the client's bare state, so the two never disagree.
+  let connectionShown = null;
   const renderState = (s) => {
     if (stateEl) {
-      stateEl.textContent = s;
-      stateEl.dataset.state = s;
+      stateEl.textContent = connectionShown ? connectionShown.text : s;
+      stateEl.dataset.state = connectionShown ? connectionShown.state : s;
     }
     document.body.dataset.connection = s;
     setButtons();
@@ -375,13 +385,25 @@ async function main() {
     const prefix = fromServer ? "Server error" : "Error";
     const code = error.code ? ` [${error.code}]` : "";
     errors.show(`${prefix}: ${error.message}`, { code: error.code });
+    // an engine's passing fault clears with the next good result (transientBanner below)
+    bannerTransient = Boolean(fromServer && TRANSIENT_ERROR_CODES.has(error.code));
     log.note(`${error.message}${code}`, "error");
+  });
+  let bannerTransient = false;
+  client.on("*", (event) => {
+    if (bannerTransient && GOOD_EVENT.test(event.type || "")) {
+      bannerTransient = false;
+      errors.clear();
+    }
   });
   client.addEventListener("ended", (ev) => {
     // The server's last word before it closes the session: say why and offer Reconnect.
     const { reason, message } = ev.detail;
     document.body.dataset.endReason = reason;
-    errors.show(`Session ended: ${message || reason}`, { code: reason });
+    // an app that rejoins by itself says so in its own status (endedMessage returns null): no banner then
+    const shown = typeof appModule?.endedMessage === "function" ? appModule.endedMessage(ev.detail) : undefined;
+    if (shown !== null) errors.show(shown || `Session ended: ${message || reason}`, { code: reason });
+    bannerTransient = false;
     log.note(`session ended: ${reason}${message ? ` (${message})` : ""}`, reason === "deleted" ? "info" : "warn");
     setButtons();
   });
@@ -426,33 +448,16 @@ async function main() {
   };
   if (!showReadiness(config.readiness)) readinessTimer = setTimeout(pollReadiness, 500);
 
-  // ---------------------------------------------------------------- mute, camera, quality
-  const muteBtn = $("mute");
-  const cameraBtn = $("camera-toggle");
+  // ---------------------------------------------------------------- mute, camera (one state: media-toggles.js), quality
+  const toggles = new MediaToggles({ devices });
+  toggles.bind("mic", $("mute"));
+  toggles.bind("camera", $("camera-toggle"));
+  toggles.addEventListener("change", ({ detail }) => {
+    if (detail.kind === "mic" && client.connected) client.send({ type: "input_audio.muted", muted: detail.value });
+  });
+  const setMuted = (value, source = "api") => toggles.set("mic", value, { source });
+  const setCameraOff = (value, source = "api") => toggles.set("camera", value, { source });
   const qualityEl = $("quality");
-  let muted = false;
-  let cameraOff = false;
-  const setMuted = (value) => {
-    muted = Boolean(value);
-    if (devices.audioTrack) devices.audioTrack.enabled = !muted;
-    if (muteBtn) {
-      muteBtn.setAttribute("aria-pressed", String(muted));
-      muteBtn.textContent = muted ? "Unmute" : "Mute";
-    }
-    document.body.dataset.muted = String(muted);
-    if (client.connected) client.send({ type: "input_audio.muted", muted });
-  };
-  const setCameraOff = (value) => {
-    cameraOff = Boolean(value);
-    if (devices.videoTrack) devices.videoTrack.enabled = !cameraOff;
-    if (cameraBtn) {
-      cameraBtn.setAttribute("aria-pressed", String(cameraOff));
-      cameraBtn.textContent = cameraOff ? "Camera on" : "Camera off";
-    }
-    document.body.dataset.cameraOff = String(cameraOff);
-  };
-  muteBtn?.addEventListener("click", () => setMuted(!muted));
-  cameraBtn?.addEventListener("click", () => setCameraOff(!cameraOff));
   let qualityTimer = null;
   let qualityPrev = null;
   const renderQuality = (q) => {
@@ -486,15 +491,12 @@ async function main() {
     }
     qualityTimer = setTimeout(pollQuality, 2000);
   };
-  const sessionControls = (live) => {
-    if (muteBtn) muteBtn.disabled = !live;
-    if (cameraBtn) cameraBtn.disabled = !live || !devices.videoTrack;
-  };
+  const sessionControls = (live) => toggles.setLive(live);
   client.addEventListener("statechange", (ev) => {
     const { state } = ev.detail;
     if (state === "connected") {
       sessionControls(true);
-      if (muted) client.send({ type: "input_audio.muted", muted: true });
+      if (toggles.muted) client.send({ type: "input_audio.muted", muted: true });
       if (!qualityTimer) qualityTimer = setTimeout(pollQuality, 1000);
     }
     if ((state === "disconnected" && !client.pc) || state === "failed") {
@@ -503,8 +505,11 @@ async function main() {
       qualityTimer = null;
       qualityPrev = null;
       renderQuality(null);
-      setMuted(false);
-      setCameraOff(false);
+      // a page that rejoins by itself (the call page) keeps its mute state: nobody is heard unasked
+      if (!appModule || !appModule.keepsMediaState) {
+        setMuted(false, "session-end");
+        setCameraOff(false, "session-end");
+      }
       // every per-session indicator of the app goes back to its idle look (its text stays until cleared)
       if (appModule && typeof appModule.reset === "function") appModule.reset();
       document.body.dataset.sessionEnded = "true";
@@ -516,23 +521,28 @@ async function main() {
     if (key === "c" && !connectBtn.disabled) {
       ev.preventDefault();
       connect();
-    } else if (key === "m" && muteBtn && !muteBtn.disabled) {
+    } else if (key === "m" && toggles.live) {
       ev.preventDefault();
-      setMuted(!muted);
+      setMuted(!toggles.muted, "Alt+M");
     }
   });
 
   // ---------------------------------------------------------------- app module
   const ctx = {
+    connect: () => connect(), // what Connect does (devices, the app's configure, the session)
+    showConnection: (shown) => {
+      connectionShown = shown && typeof shown.text === "string" ? shown : null;
+      renderState(client.state);
+    },
     client, config, log, devices, meters: { input: inputMeter, output: outputMeter }, errors, $,
-    setMuted: (value) => setMuted(value), isMuted: () => muted, download, copyText, toVtt, toSrt,
+    toggles, setMuted: (value, source) => setMuted(value, source), isMuted: () => toggles.muted, download, copyText,
+    toVtt, toSrt,
     // the page's one polite live region: apps announce finished text only (never partials)
     announce: (text) => {
       const region = $("announcer");
-      if (region && text) region.textContent = String(text).slice(0, 500);
+      if (region) region.textContent = text ? String(text).slice(0, 500) : ""; // "" empties it (a repeat is read)
     },
   };
-  let appModule = null;
   try {
     const mod = await import(`./apps/${encodeURIComponent(app)}.js`);
     appModule = (mod.mount ? mod.mount(ctx) : null) || {};
@@ -562,7 +572,13 @@ async function main() {
     connectBtn.disabled = true;
     let media;
     try {
-      media = await devices.open();
+      // tracks already open (a page's preview before joining) are used as they are; otherwise opened now
+      const live = (t) => Boolean(t && t.readyState === "live");
+      const ready = live(devices.audioTrack) && (!devices.video || devices.audioOnly || live(devices.videoTrack));
+      const none = typeof appModule.wantsDevices === "function" && !appModule.wantsDevices(); // e.g. a webinar listener
+      media = none ? { audioTrack: null, videoTrack: null, stream: null }
+        : ready ? { audioTrack: devices.audioTrack, videoTrack: devices.videoTrack, stream: devices.stream }
+          : await devices.open();
     } catch (err) {
       errors.show(err.message);
       log.note(err.message, "error");
@@ -587,10 +603,13 @@ async function main() {
   if (disconnectBtn) disconnectBtn.addEventListener("click", () => disconnect());
 
   const onDeviceChange = async (kind) => {
-    if (!devices.hasPermission || !(client.state === "connected" || client.state === "connecting")) return;
+    // in a session the new track replaces the sent one; before it, a preview (the call's pre-join) follows too
+    const live = client.state === "connected" || client.state === "connecting";
+    const previewing = kind === "audio" ? devices.audioTrack : devices.videoTrack;
+    if (!devices.hasPermission || !(live || previewing)) return;
     try {
       const track = await devices.switch(kind);
-      await client.replaceTrack(kind, track);
+      if (live) await client.replaceTrack(kind, track);
       log.note(`switched ${kind === "audio" ? "microphone" : "camera"}: ${track.label}`);
     } catch (err) {
       errors.show(err.message);
@@ -617,10 +636,11 @@ async function main() {
     app: appModule,
     connect,
     disconnect,
+    toggles,
     setMuted,
     setCameraOff,
     get muted() {
-      return muted;
+      return toggles.muted;
     },
     state() {
       return {

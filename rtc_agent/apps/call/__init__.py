@@ -13,6 +13,9 @@
   one ends, and how long ended meetings' transcripts stay readable.
 - :mod:`rtc_agent.apps.call.names`: display names unique among a room's live participants (``Ana``, ``Ana (2)``).
 - :mod:`rtc_agent.apps.call.transcript`: the speaker-labelled transcript and its WebVTT / JSON exports.
+- :mod:`rtc_agent.apps.call.meeting_store` and :mod:`rtc_agent.apps.call.transcript_store`: meetings and their
+  transcripts in the state store (a restart, another node), written in order by
+  :mod:`rtc_agent.apps.call.store_journal`.
 
 The HTTP routes (``POST /v1/rooms`` join links, ``GET /v1/rooms/{room}/transcript.vtt|json``) are
 :mod:`rtc_agent.server.room_links`. Nothing here imports aiortc: media arrives from the session as 16 kHz arrays.

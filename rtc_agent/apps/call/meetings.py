@@ -21,62 +21,45 @@ only names the room) can only ever join its own meeting.
 Ended meetings with transcript lines stay readable, by meeting id, for ``room_transcript_ttl_s`` and at most
 ``room_transcripts_kept`` of them (the oldest go first); then they answer 404 and are freed. Expiry is checked
 whenever the book is used (:meth:`MeetingBook.sweep`), with the book's ``clock`` (scripted in tests).
+
+With a state store (:meth:`MeetingBook.attach_store`, the server's ``state_url``), the book writes every change of a
+meeting and every transcript record there as well (:mod:`rtc_agent.apps.call.meeting_store`; queued, in order), and
+the async entry points read it before the book is used, so that a restarted server, or another one on the same
+Redis, goes on with the same meetings: :meth:`MeetingBook.load` (the current meeting of a name, with its
+transcript, before a join or a new link), :meth:`MeetingBook.load_link` (the meeting of a join link) and
+:meth:`MeetingBook.read_transcript` (the store's transcript of a current or ended meeting). The store is the truth
+for transcripts; the book's copies are its cache, used alone when the store fails (logged once, shown in
+``/health``). A meeting that was live or idle when its server stopped is idle after the restart, its
+``room_rejoin_grace_s`` counted from then: the downtime does not end it, and its pages reconnect to it.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from rtc_agent.apps.call.transcript import Transcript
-from rtc_agent.errors import AgentError, InvalidRequest, NotFound
+from rtc_agent.apps.call.meeting import (
+    MAX_GONE_IDS,
+    MEETING_ID,
+    SESSION_SETUP_MARGIN_S,
+    Meeting,
+    MeetingEnded,
+    check_meeting_id,
+    new_meeting_id,
+)
+from rtc_agent.apps.call.meeting import number as _number
+from rtc_agent.apps.call.meeting_store import MeetingStore, StoreDown
+from rtc_agent.apps.call.store_journal import StoreJournal
+from rtc_agent.apps.call.transcript import MAX_LINES, Transcript
+from rtc_agent.errors import NotFound
+from rtc_agent.state import StateStore
 
-MEETING_ID = re.compile(r"^mtg_[0-9a-f]{16}$")
-# A session joins its room some seconds after its client token was checked (the offer is applied and candidates
-# gathered first, up to 10 s each): a meeting stays current this much longer than the tokens from its links.
-SESSION_SETUP_MARGIN_S = 30.0
-MAX_GONE_IDS = 10000  # ended meetings whose links are still live, remembered so those links stay refused
+READ_FLUSH_S = 2.0  # a read of the store waits at most this long for this server's own queued writes
 
-
-class MeetingEnded(AgentError):
-    type = "invalid_request_error"
-    code = "meeting_ended"
-    status = 410
-
-
-def new_meeting_id() -> str:
-    return "mtg_" + secrets.token_hex(8)
-
-
-def check_meeting_id(value: Any) -> str:
-    """``value`` if it is a meeting id, else 400 ``invalid_meeting``."""
-    if not isinstance(value, str) or not MEETING_ID.match(value):
-        raise InvalidRequest("meeting must be a meeting id (mtg_ and 16 hex digits)", code="invalid_meeting")
-    return value
-
-
-@dataclass
-class Meeting:
-    """The current meeting of a room name. ``room`` is its :class:`~rtc_agent.apps.call.room.Room` once someone
-    joined (kept while idle, so a resumed meeting keeps its transcript and clock)."""
-
-    id: str
-    name: str
-    room: Any = None
-    links_until: float = 0.0  # latest expiry of its join links
-    tokens_until: float = 0.0  # latest expiry of the client tokens exchanged from those links
-    emptied_at: float | None = None  # when the last participant left (None while live or pending)
-
-    @property
-    def state(self) -> str:
-        if self.room is None:
-            return "pending"
-        return "idle" if self.emptied_at is not None else "live"
+__all__ = ["MEETING_ID", "SESSION_SETUP_MARGIN_S", "Meeting", "MeetingBook", "MeetingEnded", "check_meeting_id",
+           "new_meeting_id"]
 
 
 class MeetingBook:
@@ -89,6 +72,19 @@ class MeetingBook:
         self.ended: OrderedDict[str, tuple[str, Transcript, float]] = OrderedDict()  # id -> (name, transcript, expiry)
         # ids of the meetings that ended here, until their last link expires: never restored (see restore)
         self.gone: OrderedDict[str, float] = OrderedDict()
+        self.persist: MeetingStore | None = None  # the state store's copy (attach_store); None: memory only
+
+    def attach_store(self, store: StateStore) -> MeetingStore:
+        """Keep every meeting and transcript in ``store`` too (see the module), written in order by one journal of
+        at most ``room_store_queue`` waiting writes; call :meth:`close_store` before the store closes."""
+        journal = StoreJournal(int(getattr(self.settings, "room_store_queue", 1000)))
+        self.persist = MeetingStore(store, journal, retention_s=self.retention_s, max_lines=self.max_lines)
+        return self.persist
+
+    async def close_store(self, timeout: float = 5.0) -> None:
+        """Write what is queued for the store (up to ``timeout`` seconds) and stop writing."""
+        if self.persist is not None:
+            await self.persist.journal.close(timeout)
 
     @property
     def grace_s(self) -> float:
@@ -102,12 +98,38 @@ class MeetingBook:
     def kept(self) -> int:
         return int(self.settings.room_transcripts_kept)
 
+    @property
+    def max_lines(self) -> int:
+        return int(getattr(self.settings, "room_transcript_max_lines", MAX_LINES))
+
+    @property
+    def retention_s(self) -> float:
+        """How long the store keeps a meeting's transcript log after its last record (an ended meeting's
+        ``room_transcript_ttl_s``, at least the rejoin grace of an idle one)."""
+        return max(self.ttl_s, self.grace_s + SESSION_SETUP_MARGIN_S, 60.0)
+
+    def _new(self, meeting_id: str, name: str, transcript: Transcript | None = None, **fields: Any) -> Meeting:
+        """A meeting whose transcript (``transcript``, else a new one) journals into the store, if any."""
+        if transcript is None:
+            transcript = Transcript(name, meeting_id, max_lines=self.max_lines)
+        if self.persist is not None:
+            persist = self.persist
+            transcript.journal = lambda record: persist.log(meeting_id, record)
+        return Meeting(id=meeting_id, name=name, transcript=transcript, **fields)
+
+    def _save(self, meeting: Meeting) -> None:
+        """The store's directory entry of ``meeting`` as it is now."""
+        if self.persist is None:
+            return
+        until = max(meeting.links_until, meeting.tokens_until, meeting.emptied_at or 0.0, self.clock())
+        self.persist.save_current(meeting.record(), until - self.clock() + self.grace_s + self.retention_s)
+
     # --- lifecycle --------------------------------------------------------------------------------------
 
     def _over(self, meeting: Meeting, now: float) -> bool:
-        if meeting.room is None:
+        if not meeting.joined:
             return now >= max(meeting.links_until, meeting.tokens_until)
-        if meeting.emptied_at is None or meeting.room.participants:
+        if meeting.emptied_at is None or (meeting.room is not None and meeting.room.participants):
             return False
         return now >= max(meeting.emptied_at + self.grace_s, meeting.tokens_until)
 
@@ -122,17 +144,25 @@ class MeetingBook:
             del self.gone[meeting_id]
 
     def _end(self, meeting: Meeting, now: float) -> None:
+        """``meeting`` has ended. One that people joined on another server only (adopted from the store, never
+        hosted here) ends here alone: its links are not refused here, and the store records its end only if no
+        server holds it live (its directory entry is idle); the server that hosts it decides."""
         if self.current.get(meeting.name) is meeting:
             del self.current[meeting.name]
-        if meeting.links_until > now:
+        hosted = meeting.room is not None or not meeting.joined
+        if meeting.links_until > now and hosted:
             self.gone[meeting.id] = meeting.links_until
             while len(self.gone) > MAX_GONE_IDS:
                 self.gone.popitem(last=False)
-        transcript = meeting.room.transcript if meeting.room is not None else None
-        if transcript is None or not transcript.lines or self.kept <= 0 or self.ttl_s <= 0:
+        transcript = meeting.transcript
+        listed = meeting.joined and bool(transcript.lines) and self.kept > 0 and self.ttl_s > 0
+        if self.persist is not None:
+            self.persist.save_ended(meeting.id, meeting.name, now, now + self.ttl_s, meeting.links_until,
+                                    listed=listed, kept=self.kept, unless_live=not hosted)
+        if not listed or not hosted:
             return
         if transcript.ended_at is None:
-            transcript.ended_at = now
+            transcript.mark_ended(now)
         self.ended[meeting.id] = (meeting.name, transcript, now + self.ttl_s)
         while len(self.ended) > self.kept:
             self.ended.popitem(last=False)
@@ -148,21 +178,28 @@ class MeetingBook:
         self.sweep()
         return next((m for m in self.current.values() if m.id == meeting_id), None)
 
-    def restore(self, meeting_id: str, name: str, links_until: float) -> Meeting | None:
+    def restore(self, meeting_id: str, name: str, links_until: float,
+                transcript: Transcript | None = None) -> Meeting | None:
         """The meeting of a join link that this book has never seen (one minted before the server restarted,
-        kept by the state store) made current again, pending, under its own id; None when ``name`` already has
-        another current meeting or that meeting ended here (its links stay refused)."""
+        kept by the state store) made current again, pending, under its own id (with ``transcript``, what the
+        store kept of it); None when ``name`` already has another current meeting or that meeting ended here (its
+        links stay refused)."""
         if not MEETING_ID.match(meeting_id) or meeting_id in self.gone or meeting_id in self.ended:
             return None
         if self.get(name) is not None:
             return None
-        meeting = self.current[name] = Meeting(id=meeting_id, name=name, links_until=links_until)
+        meeting = self.current[name] = self._new(meeting_id, name, transcript, links_until=links_until,
+                                                 joined=transcript is not None and bool(transcript.lines))
+        if meeting.joined:
+            meeting.emptied_at = self.clock()
+        self._save(meeting)
         return meeting
 
     def _current_or_new(self, name: str) -> Meeting:
         meeting = self.get(name)
         if meeting is None:
-            meeting = self.current[name] = Meeting(id=new_meeting_id(), name=name)
+            meeting = self.current[name] = self._new(new_meeting_id(), name)
+            self._save(meeting)
         return meeting
 
     def for_link(self, name: str) -> Meeting:
@@ -173,6 +210,7 @@ class MeetingBook:
     def linked(self, meeting: Meeting, ttl_s: float) -> None:
         """A join link of ``meeting`` valid for ``ttl_s`` more seconds was minted."""
         meeting.links_until = max(meeting.links_until, self.clock() + ttl_s)
+        self._save(meeting)
 
     def bound(self, name: str, meeting_id: Any) -> Meeting:
         """The meeting a join link of ``name`` bound to ``meeting_id`` admits to: 410 once it is not current."""
@@ -185,16 +223,25 @@ class MeetingBook:
         """A client token that may join ``meeting`` for ``ttl_s`` more seconds is minted from one of its links:
         the meeting stays current until then (and :data:`SESSION_SETUP_MARGIN_S` more)."""
         meeting.tokens_until = max(meeting.tokens_until, self.clock() + ttl_s + SESSION_SETUP_MARGIN_S)
+        self._save(meeting)
 
     def for_join(self, name: str) -> Meeting:
         """The meeting a participant joining ``name`` enters: the current one, else a new one."""
         meeting = self._current_or_new(name)
+        changed = meeting.emptied_at is not None or not meeting.joined
         meeting.emptied_at = None
+        meeting.joined = True
+        if meeting.transcript.ended_at is not None:
+            meeting.transcript.mark_ended(None)
+        if changed:
+            self._save(meeting)
         return meeting
 
     def emptied(self, meeting: Meeting) -> None:
         """The last participant of ``meeting`` left: it is idle from now."""
         meeting.emptied_at = self.clock()
+        meeting.transcript.mark_ended(meeting.transcript.ended_at or time.time())
+        self._save(meeting)
 
     # --- transcripts ------------------------------------------------------------------------------------
 
@@ -203,8 +250,8 @@ class MeetingBook:
         meeting's (once someone joined), else the latest ended one's; 404 when there is none (or it expired)."""
         self.sweep()
         meeting = self.current.get(name)
-        if meeting is not None and meeting.room is not None and meeting_id in (None, meeting.id):
-            return meeting.room.transcript
+        if meeting is not None and meeting.joined and meeting_id in (None, meeting.id):
+            return meeting.transcript
         if meeting_id is not None:
             entry = self.ended.get(meeting_id)
             if entry is None or entry[0] != name:
@@ -214,5 +261,113 @@ class MeetingBook:
         for ended_name, transcript, _ in reversed(self.ended.values()):
             if ended_name == name:
                 return transcript
+        raise NotFound(f"no room {name!r} (live or recently ended)", code="room_not_found")
+
+
+    # --- the state store (see the module) ---------------------------------------------------------------
+
+    def _adopt(self, record: dict[str, Any], transcript: Transcript | None) -> Meeting | None:
+        """The stored current meeting ``record`` made current here (idle if it had been joined, its rejoin grace
+        counted from now: the time no server held it, a restart, does not end it), unless this book has a current
+        meeting of that name or the meeting ended here."""
+        meeting_id, name = record["id"], record["name"]
+        if not MEETING_ID.match(meeting_id) or meeting_id in self.gone or meeting_id in self.ended:
+            return None
+        if self.get(name) is not None:
+            return None
+        if transcript is None:
+            transcript = Transcript(name, meeting_id, max_lines=self.max_lines,
+                                    created_at=_number(record.get("created_at")))
+        joined = bool(record.get("joined"))
+        emptied = _number(record.get("emptied_at"))
+        meeting = self._new(meeting_id, name, transcript, links_until=_number(record.get("links_until")) or 0.0,
+                            tokens_until=_number(record.get("tokens_until")) or 0.0, joined=joined,
+                            emptied_at=max(emptied or 0.0, self.clock()) if joined else None)
+        self.current[name] = meeting
+        self.sweep()  # over already (its grace passed while no server held it): ended now
+        return self.current.get(name)
+
+    async def load(self, name: str) -> Meeting | None:
+        """The current meeting of ``name`` as the state store knows it: this book's while people are in its room
+        here; else the one the store names, made current here or, when it is this book's own meeting (another
+        server hosted it meanwhile, or this one kept it idle), brought up to date with the store's transcript
+        (unless the store holds fewer lines: a write failed). None when there is none; this book's meeting when
+        the store cannot be read."""
+        meeting = self.get(name)
+        if self.persist is None or (meeting is not None and meeting.room is not None and meeting.room.participants):
+            return meeting
+        try:
+            await self.persist.flush(READ_FLUSH_S)
+            record = await self.persist.current(name)
+            joined = record is not None and bool(record.get("joined"))
+            transcript = await self.persist.transcript(name, record["id"]) if joined else None
+        except StoreDown:
+            return self.get(name)
+        meeting = self.get(name)
+        if record is None or (meeting is not None and meeting.room is not None and meeting.room.participants):
+            return meeting
+        if meeting is None:
+            return self._adopt(record, transcript)
+        if meeting.id == record["id"]:  # another id: this book's meeting stays (the room lease decides the host)
+            self._refresh(meeting, record, transcript)
+        return meeting
+
+    def _refresh(self, meeting: Meeting, record: dict[str, Any], transcript: Transcript | None) -> None:
+        """``meeting`` brought up to date with its stored ``record`` and ``transcript`` (see :meth:`load`)."""
+        meeting.links_until = max(meeting.links_until, _number(record.get("links_until")) or 0.0)
+        meeting.tokens_until = max(meeting.tokens_until, _number(record.get("tokens_until")) or 0.0)
+        if record.get("joined") and not meeting.joined:
+            meeting.joined = True
+            meeting.emptied_at = _number(record.get("emptied_at")) or self.clock()
+        if transcript is not None and len(transcript.lines) >= len(meeting.transcript.lines):
+            meeting.transcript = self._new(meeting.id, meeting.name, transcript).transcript  # journaled
+            if meeting.room is not None:
+                meeting.room.transcript = meeting.transcript
+
+    async def load_link(self, meeting_id: str, name: str, links_until: float) -> Meeting | None:
+        """The current meeting a join link of ``name`` bound to ``meeting_id`` admits to: found here, in the store's
+        directory, or (a link minted before a restart whose meeting nobody joined) restored under its own id;
+        None when that meeting ended (here or on a server sharing the store) or ``name`` has another."""
+        meeting = self.find(meeting_id)
+        if meeting is not None or self.persist is None:
+            return meeting if meeting is not None else self.restore(meeting_id, name, links_until)
+        await self.load(name)
+        meeting = self.find(meeting_id)
+        if meeting is not None:
+            return meeting
+        try:
+            if await self.persist.ended(meeting_id) is not None:
+                self.gone[meeting_id] = links_until
+                return None
+            transcript = await self.persist.transcript(name, meeting_id)
+        except StoreDown:
+            transcript = None
+        return self.restore(meeting_id, name, links_until, transcript)
+
+    async def read_transcript(self, name: str, meeting_id: str | None = None) -> Transcript:
+        """What :meth:`transcript` answers, read from the state store (this server's queued writes first): the
+        current meeting's (once someone joined) or an ended one's within ``room_transcript_ttl_s`` and the
+        ``room_transcripts_kept`` newest; this book's copy when the store cannot be read; 404 otherwise."""
+        if self.persist is None:
+            return self.transcript(name, meeting_id)
+        meeting = await self.load(name)
+        await self.persist.flush(READ_FLUSH_S)
+        try:
+            if meeting is not None and meeting.joined and meeting_id in (None, meeting.id):
+                stored = await self.persist.transcript(name, meeting.id)
+                # the store's, unless it holds fewer lines than this book (a write of this server failed)
+                if stored is not None and len(stored.lines) >= len(meeting.transcript.lines):
+                    return stored
+                return meeting.transcript
+            listed = await self.persist.listed(name, self.clock())
+            target = meeting_id if meeting_id is not None else (listed[0] if listed else None)
+            stored = await self.persist.transcript(name, target) if target in listed else None
+        except StoreDown:
+            return self.transcript(name, meeting_id)
+        if stored is not None:
+            return stored
+        if meeting_id is not None:
+            raise NotFound(f"no meeting {meeting_id!r} of room {name!r} (live or recently ended)",
+                           code="meeting_not_found")
         raise NotFound(f"no room {name!r} (live or recently ended)", code="room_not_found")
 

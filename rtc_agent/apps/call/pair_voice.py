@@ -37,8 +37,9 @@ def pair_voice(speaker: Participant, target: str, sink: FanoutSink, emit: Callab
 
 
 def hear_speech(sink: FanoutSink, listeners: list[Participant]) -> None:
-    """Make ``sink`` play on the tracks of those of ``listeners`` who hear speech, and no others."""
-    wanted = {p.id: p.ctx.speech for p in listeners if p.hears_speech}
+    """Make ``sink`` play on the tracks of those of ``listeners`` who hear speech, and no others (once on a track
+    that several share: an SFU room's interpreter feed)."""
+    wanted = dict(p.speech_route for p in listeners if p.hears_speech)
     for pid in [pid for pid in sink.sinks if pid not in wanted]:
         del sink.sinks[pid]
     sink.sinks.update(wanted)

@@ -32,11 +32,32 @@ class Participant:
     joined_at: float = field(default_factory=time.time)
     bucket: SignalBucket = field(default_factory=SignalBucket)  # its room.signal rate
     joined_mono: float = field(default_factory=time.monotonic)
+    #: SFU rooms: ``speaker`` (publishes to the SFU) or ``listener`` (publishes nothing, is not a tile)
+    role: str = "speaker"
+    hand_raised: bool = False
+    #: SFU rooms: its Janus publisher id once published (speakers)
+    feed_id: int | None = None
+    #: SFU rooms: the interpreter feed of its listen language, where its interpretation is spoken instead of on
+    #: its own session's track (set by :mod:`rtc_agent.apps.call.sfu`)
+    feed_speech: Any = None
+    #: SFU rooms: where the audio the SFU forwards of this speaker enters its captions pipeline
+    feed_audio: Any = None
+    #: SFU rooms: the room's bridge to its Janus room (:class:`~rtc_agent.apps.call.sfu.SfuBridge`); None: mesh
+    sfu: Any = None
+
+    @property
+    def speech_route(self) -> tuple[str, Any]:
+        """``(key, sink)`` where its interpretation is spoken: its language's interpreter feed (shared by every
+        listener of the language, so the key is the feed's) or its own session's track."""
+        if self.feed_speech is not None:
+            return f"feed:{self.listen_language}", self.feed_speech
+        return self.id, self.ctx.speech
 
     @property
     def hears_speech(self) -> bool:
-        """Whether interpretation is spoken on its track (it asked for it, and its session can receive audio)."""
-        return self.interpret and self.listen_speech and self.ctx.speech is not None
+        """Whether interpretation is spoken for it (it asked for it, and its session or its language's interpreter
+        feed can carry audio)."""
+        return self.interpret and self.listen_speech and self.speech_route[1] is not None
 
     @property
     def tag(self) -> dict[str, str]:
@@ -48,7 +69,8 @@ class Participant:
         return {"participant_id": self.id, "name": self.name, "language": self.language,
                 "listen_language": self.listen_language, "mic_muted": self.mic_muted,
                 "camera_muted": self.camera_muted, "interpret": self.interpret,
-                "listen_speech": self.listen_speech}
+                "listen_speech": self.listen_speech, "role": self.role, "hand_raised": self.hand_raised,
+                **({"feed_id": self.feed_id} if self.role == "speaker" else {})}
 
     def send(self, event: ServerEvent) -> None:
         """``event`` to its session; never raises (one dead channel must not stop a fan-out)."""

@@ -130,33 +130,48 @@ def _base(language: str) -> str:
 class Room:
     """One meeting of the room ``name`` (``meeting_id``) while it is live or idle."""
 
-    def __init__(self, name: str, host: RoomHost, meeting_id: str = "", *, pair_factory: PairFactory) -> None:
+    def __init__(self, name: str, host: RoomHost, meeting_id: str = "", *, pair_factory: PairFactory,
+                 transcript: Transcript | None = None) -> None:
+        """``transcript``: the meeting's (restored from the state store: the room clock goes on from its
+        ``created_at``); a new one by default."""
         self.name = name
         self.host = host
         self.meeting_id = meeting_id
         self.pair_factory = pair_factory
         self.participants: dict[str, Participant] = {}
         self.pairs: dict[tuple[str, str], InterpretationPair] = {}  # (speaker id, target) -> its pair
-        self.transcript = Transcript(name, meeting_id)
-        self.created = time.monotonic()
+        self.transcript = transcript if transcript is not None else Transcript(name, meeting_id)
+        self.created = time.monotonic() - max(0.0, time.time() - self.transcript.created_at)
         self._segments: dict[str, OrderedDict[str, tuple[int, int | None, str]]] = {}
         self._told: dict[tuple[str, str, str], str] = {}  # (listener, speaker, target) -> the error code sent
+        #: an SFU room's bridge to its Janus room (:mod:`rtc_agent.apps.call.sfu`), adopted from its first member;
+        #: None: a browser-to-browser mesh
+        self.sfu: Any = None
+
+    @property
+    def max_participants(self) -> int:
+        """Most members: the host's mesh limit, or the SFU room's speakers plus listeners."""
+        return self.sfu.max_participants if self.sfu is not None else self.host.max_participants
 
     # --- membership -------------------------------------------------------------------------------------
 
     def join(self, p: Participant) -> None:
         if p.id in self.participants:
             return
-        if len(self.participants) >= self.host.max_participants:
-            raise RoomFull(f"room {self.name!r} is full ({self.host.max_participants} participants)")
+        if not self.participants:  # an empty room (re)opens in its first member's mode: its bridge or a mesh
+            self.sfu = p.sfu
+        if len(self.participants) >= self.max_participants:
+            raise RoomFull(f"room {self.name!r} is full ({self.max_participants} participants)")
         others = list(self.participants.values())
         p.name = self.free_name(p.name, p.id)
         self.participants[p.id] = p
-        self.transcript.participants[p.id] = {"participant_id": p.id, "name": p.name, "language": p.language,
-                                             "joined_at": p.joined_at}
+        self.transcript.note_participant(p.id, name=p.name, language=p.language, joined_at=p.joined_at)
+        sfu = self.sfu  # in an SFU room, past 20 listeners only their count travels (room.sfu.updated)
         p.send(RoomJoined(room=self.name, participant_id=p.id,
-                          participants=[x.public() for x in self.participants.values()]))
-        for other in others:
+                          participants=[x.public() for x in self.participants.values()
+                                        if sfu is None or x is p or sfu.listed(x)],
+                          **(sfu.joined_fields(p) if sfu is not None else {})))
+        for other in others if sfu is None or sfu.listed(p) else ():
             other.send(RoomParticipantJoined(room=self.name, participant=p.public()))
         self.replay(p)
         self.reconcile()
@@ -166,10 +181,9 @@ class Room:
         if p is None:
             return
         self._segments.pop(participant_id, None)
-        info = self.transcript.participants.get(participant_id)
-        if info is not None:
-            info["left_at"] = time.time()
-        for other in self.participants.values():
+        if participant_id in self.transcript.participants:
+            self.transcript.note_participant(participant_id, left_at=time.time())
+        for other in self.participants.values() if self.sfu is None or self.sfu.listed(p) else ():
             other.send(RoomParticipantLeft(room=self.name, participant_id=p.id, name=p.name, reason=reason))
         self.reconcile()
         if not self.participants:
@@ -180,9 +194,8 @@ class Room:
         return unique_name(name, (x.name for x in self.participants.values() if x.id != participant_id))
 
     def update(self, p: Participant) -> None:
-        info = self.transcript.participants.get(p.id)
-        if info is not None:  # the transcript names people as they are now called and speak
-            info.update(name=p.name, language=p.language)
+        if p.id in self.transcript.participants:  # the transcript names people as they are now called and speak
+            self.transcript.note_participant(p.id, name=p.name, language=p.language)
         for other in self.participants.values():
             other.send(RoomParticipantUpdated(room=self.name, participant=p.public()))
         self.reconcile()
@@ -193,7 +206,7 @@ class Room:
         """(speaker, target) -> its listeners, for every listener whose listen language differs."""
         out: dict[tuple[str, str], list[Participant]] = {}
         for speaker in self.participants.values():
-            if speaker.language == "auto":
+            if speaker.language == "auto" or speaker.role == "listener":  # a listener says nothing
                 continue
             for listener in self.participants.values():
                 if listener is speaker or _base(listener.listen_language) == _base(speaker.language):
@@ -253,7 +266,7 @@ class Room:
             tag = {"participant_id": line.participant_id, "name": line.name}
             if p.captions:
                 p.send(CaptionFinal(segment_id=line.segment_id, text=line.text, audio_start_ms=line.start_ms,
-                                    audio_end_ms=line.end_ms, language=line.language, speaker=tag))
+                                    audio_end_ms=line.end_ms, language=line.language, speaker=tag, replayed=True))
             translated = line.translations.get(p.listen_language)
             if translated and p.captions:
                 p.send(CaptionTranslation(segment_id=line.segment_id, speaker=tag, language=p.listen_language,

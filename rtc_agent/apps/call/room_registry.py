@@ -9,6 +9,10 @@ meetings' transcripts stay).
 Interpretation pairs are admitted within capacity (:meth:`RoomRegistry.admit_pair`): at most ``room_max_pairs`` per
 room, and speech-route pairs (each a speech-translation pipeline) at most ``pair_capacity()`` over all rooms when
 the composition root wires it to the machine's measured capacity (``None``: no machine limit).
+
+With several nodes on one state store, ``leases`` (:class:`~rtc_agent.apps.call.room_lease.RoomLeases`, set by
+the server) says which node hosts each room: the rooms here are those whose lease this node holds, renewed while
+they are in ``rooms`` and released once they end.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from rtc_agent.apps.call.meetings import Meeting, MeetingBook
 from rtc_agent.apps.call.pairs import InterpretationUnavailable, make_pair
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.room import PairFactory, Room, RoomFull
+from rtc_agent.apps.call.room_lease import RoomLeases
 from rtc_agent.apps.call.transcript import Transcript
 from rtc_agent.apps.interpret.deliverable import ROUTE_SPEECH, route_for
 from rtc_agent.errors import AgentError
@@ -38,6 +43,10 @@ class RoomRegistry:
         self.meetings = MeetingBook(settings, clock)
         self.pair_factory = pair_factory
         self.pair_capacity = pair_capacity
+        #: which node hosts each room when several share the state store (set by the server; None: one node)
+        self.leases: RoomLeases | None = None
+        #: the SFU rooms (:class:`~rtc_agent.apps.call.sfu.SfuRooms`) when the server has an SFU (set by the server)
+        self.sfu: Any = None
 
     @property
     def max_participants(self) -> int:
@@ -71,15 +80,16 @@ class RoomRegistry:
     def check_room(self, name: str) -> None:
         """Raise :class:`RoomFull` when ``name`` has no free place (checked again at join)."""
         room = self.rooms.get(name)
-        if room is not None and len(room.participants) >= self.max_participants:
-            raise RoomFull(f"room {name!r} is full ({self.max_participants} participants)")
+        if room is not None and len(room.participants) >= room.max_participants:
+            raise RoomFull(f"room {name!r} is full ({room.max_participants} participants)")
 
     def join(self, name: str, participant: Participant) -> Room:
         """Add ``participant`` to the current meeting of ``name`` (a new one if there is none)."""
         meeting: Meeting = self.meetings.for_join(name)
         room = meeting.room
         if room is None:
-            room = meeting.room = Room(name, self, meeting.id, pair_factory=self.pair_factory)
+            room = meeting.room = Room(name, self, meeting.id, pair_factory=self.pair_factory,
+                                       transcript=meeting.transcript)
         room.transcript.ended_at = None
         self.rooms[name] = room
         try:
@@ -99,6 +109,8 @@ class RoomRegistry:
         meeting = self.meetings.current.get(room.name)
         if meeting is not None and meeting.room is room:
             self.meetings.emptied(meeting)
+        if self.leases is not None:
+            self.leases.wake()  # its lease is released now, so the room can re-form on any node
 
     def transcript(self, name: str, meeting_id: str | None = None) -> Transcript:
         """See :meth:`MeetingBook.transcript`."""

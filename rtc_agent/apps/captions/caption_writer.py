@@ -8,6 +8,8 @@ that); it turns each result into caption events:
   are shown as tentative and commit nothing.
 - finals: the final decode's text when it is usable, else what the partials showed; never repeating the tail of
   the previous final (n-gram guard), a sentence of its own, or a run of three words or more said twice in a row.
+  A long utterance that pauses and goes on may be :meth:`~CaptionWriter.split` there: the final decode made at the
+  pause is the final of the part before it.
   Past ``trim_after_s`` the utterance's audio is cut at the end of a committed segment (a final caption for what
   precedes it); past ``hard_limit_s`` without such a boundary everything recognized so far becomes final.
 - results that look like silence (Whisper's no-speech rule) or loops (compression ratio) are dropped.
@@ -200,11 +202,31 @@ class CaptionWriter:
             self.buffer.clear(end_ms)
         else:
             return
+        self._next_segment(self.buffer.start_ms)
+
+    def _next_segment(self, start_ms: int) -> None:
         self.boundary = None
         self.final = None
         self.segment_id = f"seg_{next(_segment_ids)}"
-        self.segment_start_ms = self.buffer.start_ms
+        self.segment_start_ms = start_ms
         self.partials_sent = 0
+
+    def split(self, end_ms: int, cut_ms: int) -> bool:
+        """The utterance paused at ``end_ms`` and goes on: the kept final decode, of its audio up to ``cut_ms``,
+        becomes the final of that part; the utterance goes on as a new segment of the audio from ``cut_ms`` (with
+        nothing committed: its partials start again). False, and nothing done, when there is no kept decode or it
+        has no usable text."""
+        t = self.final.transcript if self.final is not None else None
+        if t is None or not self._usable(t):
+            return False
+        text = self._final_text()
+        if not text:
+            return False
+        self.emit_final(text, self.segment_start_ms, end_ms)
+        self.buffer.drop_first(max(0, (cut_ms - self.buffer.start_ms) * SAMPLE_RATE // 1000), cut_ms)
+        self.la.reset()
+        self._next_segment(cut_ms)
+        return True
 
     def _final_text(self) -> str:
         """The final decode's text when it is usable, else what the partials showed; without repeats."""

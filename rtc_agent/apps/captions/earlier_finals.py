@@ -54,6 +54,11 @@ class EarlierFinals:
             rate = wall_s / audio_s
             self.rate = rate if self.rate is None else 0.5 * (self.rate + rate)
 
+    def fits_s(self) -> float:
+        """The most audio (seconds) a final decode can hear within ``budget_ms`` at the speed recent final decodes
+        ran (infinite before the first one)."""
+        return float("inf") if not self.rate else self.budget_ms / 1000 / self.rate
+
     def limit_s(self) -> float:
         """The most audio (seconds, the utterance included) a final decode may hear: ``context_s``, less when
         recent final decodes ran too slowly for ``budget_ms``."""

@@ -18,6 +18,10 @@ ready; if speech resumes, it is discarded. A final decode never waits for a part
 ``urgent`` for the worker (served before the partials of every session). The context span is cut so the decode
 fits ``final_budget_ms`` (:class:`~rtc_agent.apps.captions.earlier_finals.EarlierFinals`).
 
+A long utterance (``split_min_s``, and longer than the budget decodes at the measured speed) that pauses for at
+least ``tail_ms`` and goes on is split there: the final decode made at the pause is the final of the part before
+it, and the final at the utterance's end decodes only the rest (hearing the part before as context).
+
 Under load: utterances that start while the previous one still waits for its final decode queue up (their audio
 is kept, up to ``RECENT_S``) and each gets its own final, in order; an utterance whose end is known is never
 extended by a later one.
@@ -87,6 +91,7 @@ class StreamingTranscriber:
         self._active = False
         self._ending_at: int | None = None
         self._pause_at: int | None = None  # the quiet in progress (speech may resume)
+        self._split_at: int | None = None  # where the last pause's decoded audio ended, when its quiet lasted
         self._decoding: asyncio.Task | None = None  # a partial decode in flight
         self._final_decoding: asyncio.Task | None = None  # a final decode in flight (never waits for a partial)
         self._want_decode = False
@@ -96,6 +101,7 @@ class StreamingTranscriber:
         # numbers for stats()
         self.decodes = 0
         self.final_decodes = 0
+        self.splits = 0
         self.decode_seconds = 0.0
 
     # --- state ---
@@ -160,8 +166,11 @@ class StreamingTranscriber:
             if event.kind == "pause":
                 self._pause_at = event.ms
             elif event.kind == "resume":
-                self._pause_at = None
-                self.writer.final = None  # a final decoded at the pause is out of date
+                pause, self._pause_at = self._pause_at, None
+                quiet_through_tail = pause is not None and event.ms - pause >= self.config.tail_ms
+                self._split_at = pause + self.config.tail_ms if quiet_through_tail and pause is not None else None
+                if not self._split():
+                    self.writer.final = None  # a final decoded at the pause is out of date
             elif event.kind == "end":
                 self._end(event.ms)
         self.poll(now_ms)
@@ -188,6 +197,7 @@ class StreamingTranscriber:
         self._active = True
         self._ending_at = None
         self._pause_at = None
+        self._split_at = None
         self._error_reported = False
         self.writer.begin(start_ms)
         from_ms = start_ms - self.config.preroll_ms
@@ -266,6 +276,29 @@ class StreamingTranscriber:
         sessions): partials then come less often, but every session stays real time."""
         return max(self.config.decode_interval_ms, 1.5 * self._last_decode_wall_ms)
 
+    def _split(self) -> bool:
+        """A long utterance paused and went on: when the final decode made at the pause (covering to
+        ``_split_at``) is here, the part before the pause gets its final and the utterance goes on from there
+        (see ``TranscriberConfig.split_min_s``). False when it does not split now."""
+        at, final = self._split_at, self.writer.final
+        min_s = self.config.split_min_s
+        if at is None or final is None or not self._covers(final.covered_ms, at) or min_s <= 0 or not self._active:
+            return False
+        if at - self._buffer.start_ms < 1000 * max(min_s, self.earlier.fits_s()):
+            return False
+        if not self.writer.split(at - self.config.tail_ms, final.covered_ms):
+            return False
+        self._split_at = None
+        self._utterance += 1  # partial decodes in flight heard the part before the split
+        self.splits += 1
+        return True
+
+    @staticmethod
+    def _covers(covered_ms: int, at_ms: int | None) -> bool:
+        """Whether a decode that covered audio to ``covered_ms`` is the one of the pause ending at ``at_ms``
+        (within the millisecond rounding of the sample counts)."""
+        return at_ms is not None and abs(covered_ms - at_ms) <= 2
+
     def _start_decode(self, now_ms: int, *, final: bool) -> None:
         self._want_decode = False
         task = self.spawn(self._decode(now_ms, final), "captions-decode")
@@ -333,7 +366,10 @@ class StreamingTranscriber:
             if transcript is not None and context_ms:
                 transcript = without_context(transcript, context_ms / 1000, context_text)
             quiet = self._ending_at is not None or self._pause_at is not None  # else speech resumed while it ran
-            self.writer.keep_final(transcript, covered, quiet=quiet)
+            at_split = self._covers(covered, self._split_at)  # after a pause that may end a long utterance's part
+            self.writer.keep_final(transcript, covered, quiet=quiet or at_split)
+            if at_split and not self._split() and not quiet:
+                self.writer.final = None
         elif transcript is not None and self.writer.apply_partial(transcript, covered):
             self._want_decode = True  # decode again in the language chosen
         self.poll(max(now_ms, covered))
@@ -345,6 +381,7 @@ class StreamingTranscriber:
             "language_switches": self.rule.switches,
             "decodes": self.decodes,
             "final_decodes": self.final_decodes,
+            "splits": self.splits,
             "mean_decode_ms": round(1000 * self.decode_seconds / self.decodes, 1) if self.decodes else None,
             "dropped_results": self.writer.dropped_results,
             "repeats_dropped": self.writer.repeats_dropped,

@@ -40,6 +40,12 @@ class TranscriberConfig:
     context_s: float = 16.0
     final_budget_ms: int = 450
     context_max_utterance_s: float = 15.0
+    # A long utterance that pauses (quiet for at least ``tail_ms``) and goes on: the final decode started at the
+    # pause becomes the final of the part before it, once that part is ``split_min_s`` long and longer than the
+    # budget can decode at the measured speed (``EarlierFinals.fits_s``); 0: never. The final at the utterance's
+    # end then decodes only the rest (with the part before as context), so its latency does not grow with the
+    # utterance.
+    split_min_s: float = 4.0
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     max_finals: int = 10_000  # kept for export
@@ -47,9 +53,12 @@ class TranscriberConfig:
 
 def transcriber_config(settings: Any, language: str | None, prior: str | None = None,
                        **options: Any) -> TranscriberConfig:
-    """A config for ``language`` (None: auto, expecting ``prior``) with the server ``settings``' context and
-    final-decode budget (``captions_context_s``, ``captions_final_budget_ms``) and any other ``options``."""
+    """A config for ``language`` (None: auto, expecting ``prior``) with the server ``settings``' context,
+    final-decode budget and split length (``captions_context_s``, ``captions_final_budget_ms``,
+    ``captions_split_min_s``) and any other ``options``."""
     return TranscriberConfig(language=language, language_prior=prior,
                              context_s=float(getattr(settings, "captions_context_s", TranscriberConfig.context_s)),
                              final_budget_ms=int(getattr(settings, "captions_final_budget_ms",
-                                                         TranscriberConfig.final_budget_ms)), **options)
+                                                         TranscriberConfig.final_budget_ms)),
+                             split_min_s=float(getattr(settings, "captions_split_min_s",
+                                                       TranscriberConfig.split_min_s)), **options)

@@ -11,9 +11,18 @@ Source text (``source_text: true``): engines that recognize the source themselve
 pipeline instead (:class:`SourceCaptions`: ``caption.partial``/``caption.final`` and speech boundaries, fed by the
 pipeline's VAD windows), whose language rule the translation then follows with ``source_language: auto``.
 
+The text route: where speech translation cannot produce the target (the embedded Whisper translate task gives
+English only, so ``en -> es`` cannot), the app uses what ``client_config.capabilities.listen`` offers instead, as
+the call rooms do: the source captions recognise the speech, each ``caption.final`` is translated by the worker's
+``mt`` engine (:class:`~rtc_agent.apps.interpret.text_route.FinalsTranslator`: a ``translation.chunk`` ``EMIT``
+with its ``source_text``), and the translation is spoken by the voice of the target language
+(:func:`~rtc_agent.apps.interpret.deliverable.voice_of`, e.g. Kokoro for Spanish); no voice for it: text only.
+The speech-translation turns do not run meanwhile. The caption events themselves reach the client only with
+``source_text``. A target nothing here delivers is refused with ``unsupported_language``.
+
 ``session.update`` with ``{"session": {"source_language", "target_language", "direction", "speak",
-"max_lag_s", "language_prior"}}`` (or the same under ``"config"``) changes languages and speech on the fly;
-``chunk_ms`` and ``source_text`` are fixed for the session.
+"max_lag_s", "language_prior"}}`` (or the same under ``"config"``) changes languages and speech on the fly (a new
+target may switch the route); ``chunk_ms`` and ``source_text`` are fixed for the session.
 """
 
 from __future__ import annotations
@@ -28,15 +37,24 @@ import numpy as np
 from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.interpret.chunker import ChunkCutter
 from rtc_agent.apps.interpret.config import resolve_config
+from rtc_agent.apps.interpret.deliverable import ROUTE_SPEECH, ROUTE_TEXT, route_for, voice_of
 from rtc_agent.apps.interpret.pipeline import InterpretPipeline
 from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker
+from rtc_agent.apps.interpret.text_route import DEFAULT_BACKLOG, FinalsTranslator, FinalTranslation
 from rtc_agent.engines import st
+from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.errors import InvalidRequest
 from rtc_agent.protocol import ClientEvent, ServerEvent
-from rtc_agent.protocol.events import SessionUpdate, SessionUpdated, TranslationChunk
+from rtc_agent.protocol.events import (
+    CaptionFinal,
+    CaptionPartial,
+    SessionUpdate,
+    SessionUpdated,
+    TranslationChunk,
+)
 
 __all__ = ["InterpretApp", "build_pipeline"]
 
@@ -76,36 +94,77 @@ class InterpretApp(App):
 
     def __init__(self, ctx: AppContext, config: dict[str, Any]) -> None:
         super().__init__(ctx, config)
-        self.source: SourceCaptions | None = None
         s = ctx.settings
-        if config["source_text"] and not st.source_text_by_engine(s):
-            self.source = SourceCaptions(
-                ctx.worker, ctx.emit, ctx.spawn, ctx.now_ms, source=config["source_language"],
-                prior=config["language_prior"], on_language=self._on_source_language,
-                threshold=getattr(s, "vad_threshold", 0.5), min_speech_ms=getattr(s, "vad_min_speech_ms", 200),
-                min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=ctx.observe, settings=s)
+        self.route, self.route_info = self._route_of(config["target_language"])
+        self.source: SourceCaptions | None = None
+        if (config["source_text"] and not st.source_text_by_engine(s)) or self.route == ROUTE_TEXT:
+            self.source = self._make_source(config)
         self.pipeline = build_pipeline(s, ctx.worker, config, self._emit, on_text=self._on_text, source=self.source)
+        self.pipeline.translating = self.route == ROUTE_SPEECH
         self.policy = self.pipeline.policy
+        source = config["source_language"]
+        self.finals = FinalsTranslator(
+            ctx.worker, config["target_language"], self._emit, ctx.now_ms, on_text=self._on_final_translation,
+            source_language=None if source == "auto" else source,
+            timeout_s=float(getattr(s, "mt_timeout_s", 30.0) or 30.0),
+            max_pending=int(getattr(s, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG))
         self.speaker: TranslationSpeaker | None = None
+        self.voice: dict[str, Any] | None = None
         if ctx.speech is not None:
-            from rtc_agent.engines.tts import SpeechSynthesizer
-
             max_lag_ms = int(config["max_lag_s"] * 1000)
             self.speaker = TranslationSpeaker(ctx.speech, SpeechSynthesizer(ctx.worker, "tts"), ctx.emit,
                                               ctx.now_ms, max_lag_ms=max_lag_ms)
-            self.speaker.enabled = config["speak"]
+            self._set_voice(config["target_language"])
+
+    def _route_of(self, target: str) -> tuple[str, dict[str, Any]]:
+        """How ``target`` is made here: the speech route, or the text route (validated configs have one)."""
+        route = route_for(self.ctx.settings, target)
+        return route if route is not None else (ROUTE_SPEECH, {"engine": st.describe(self.ctx.settings)})
+
+    def _make_source(self, config: dict[str, Any]) -> SourceCaptions:
+        s = self.ctx.settings
+        return SourceCaptions(
+            self.ctx.worker, self._source_emit, self.ctx.spawn, self.ctx.now_ms, source=config["source_language"],
+            prior=config["language_prior"], on_language=self._on_source_language,
+            threshold=getattr(s, "vad_threshold", 0.5), min_speech_ms=getattr(s, "vad_min_speech_ms", 200),
+            min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=self.ctx.observe, settings=s)
+
+    def _set_voice(self, target: str) -> None:
+        """Speak ``target`` with its own language's voice; a target no voice speaks is text only."""
+        assert self.speaker is not None
+        self.voice = voice_of(self.ctx.settings, target)
+        if self.voice is not None:
+            self.speaker.synthesizer = SpeechSynthesizer(self.ctx.worker, self.voice["engine"], language=target)
+        self.speaker.language = target
+        self.speaker.enabled = bool(self.config["speak"] and self.voice is not None)
+
+    def _set_route(self, target: str) -> None:
+        """The target changed: take its route (the source captions start when the text route first needs them)."""
+        self.route, self.route_info = self._route_of(target)
+        self.pipeline.translating = self.route == ROUTE_SPEECH
+        if self.route == ROUTE_TEXT and self.source is None:
+            self.source = self._make_source(self.config)
+            self.pipeline.on_window, self.pipeline.on_audio = self.source.on_window, self.source.push_audio
+            self.policy.observe_languages = False
+        self.finals.set_target(target)
+        if self.route != ROUTE_TEXT:
+            self.finals.clear()
 
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
-        return resolve_config(config, settings)
+        return resolve_config(config, settings, text_route=True)
 
     def engines(self) -> dict[str, str]:
         s = self.ctx.settings
         out = {"vad": "silero-vad", "st": st.describe(s)}
+        if self.route == ROUTE_TEXT:
+            out["mt"] = str(self.route_info.get("engine") or "mt")
         if self.source is not None:
             out["asr"] = f"{s.asr_engine}:{s.asr_model or 'whisper-base'}"
-        if self.speaker is not None:
-            out["tts"] = f"{s.tts_engine}:{s.tts_model or 'piper-joe'}"
+        if self.speaker is not None and self.voice is not None:
+            engine = self.voice["engine"]
+            out["tts"] = f"{s.tts_engine}:{s.tts_model or 'piper-joe'}" if engine == "tts" else \
+                f"{engine}:{self.voice.get('voice') or 'default'}"
         return out
 
     def _emit(self, event: ServerEvent) -> None:
@@ -116,6 +175,7 @@ class InterpretApp(App):
     async def start(self) -> None:
         self.ctx.spawn(self.pipeline.run_vad(), "interpret-vad")
         self.ctx.spawn(self.pipeline.run_policy(), "interpret-policy")
+        self.ctx.spawn(self.finals.run(), "interpret-mt")
         if self.speaker is not None:
             self.ctx.spawn(self.speaker.run(), "interpret-speech")
 
@@ -130,6 +190,17 @@ class InterpretApp(App):
         if self.speaker is not None:
             self.speaker.say(text, end_ms)
 
+    def _source_emit(self, event: ServerEvent) -> None:
+        """The source captions' events: finals feed the text route; captions reach the client with ``source_text``."""
+        if isinstance(event, CaptionFinal) and self.route == ROUTE_TEXT:
+            self.finals.push(event)
+        if self.config["source_text"] or not isinstance(event, CaptionPartial | CaptionFinal):
+            self.ctx.emit(event)
+
+    def _on_final_translation(self, done: FinalTranslation) -> None:
+        if self.speaker is not None:
+            self.speaker.say(done.text, done.final.audio_end_ms, segment_id=done.final.segment_id)
+
     async def on_event(self, event: ClientEvent) -> None:
         if isinstance(event, SessionUpdate):
             update = event.session.get("config", event.session)
@@ -140,23 +211,31 @@ class InterpretApp(App):
             if any(update[k] != self.config[k] for k in fixed):
                 raise InvalidRequest(f"{sorted(fixed)} cannot change during a session", code="invalid_config")
             before = (self.config["source_language"], self.config["language_prior"])
-            self.config = resolve_config(update, self.ctx.settings, base=self.config)
+            target_before = self.config["target_language"]
+            self.config = resolve_config(update, self.ctx.settings, base=self.config, text_route=True)
             source, prior = self.config["source_language"], self.config["language_prior"]
-            self.policy.set_languages(None if source == "auto" else source, self.config["target_language"], prior)
+            target = self.config["target_language"]
+            self.policy.set_languages(None if source == "auto" else source, target, prior)
+            self.finals.source_language = None if source == "auto" else source
+            if target != target_before:
+                self._set_route(target)
             if self.source is not None and (source, prior) != before:
                 self.source.set_language(source, prior)
             if self.speaker is not None:
                 self.speaker.max_lag_ms = int(self.config["max_lag_s"] * 1000)
                 self.speaker.skip_lag_ms = 2 * self.speaker.max_lag_ms
-                if self.speaker.enabled and not self.config["speak"]:
+                was_speaking = self.speaker.enabled
+                self._set_voice(target)
+                if was_speaking and not self.speaker.enabled:
                     self.speaker.clear()
-                self.speaker.enabled = self.config["speak"]
             self.ctx.emit(SessionUpdated(session={"config": self.config}))
             return
         await super().on_event(event)
 
     def stats(self) -> dict[str, Any]:
-        out = {**self.policy.stats(), **self.pipeline.stats(), "config": self.config}
+        out = {**self.policy.stats(), **self.pipeline.stats(), "config": self.config, "route": self.route}
+        if self.route == ROUTE_TEXT:
+            out["text_route"] = self.finals.stats()
         if self.source is not None:
             out["source_captions"] = self.source.stats()
         if self.speaker is not None:
@@ -168,7 +247,7 @@ class InterpretApp(App):
         bounded wait), so the last words reach the page."""
         jobs = [self.pipeline.finish()]
         if self.source is not None:  # its own deadline a little earlier, so it reports what it could not finish
-            jobs.append(self.source.finish(FINISH_TIMEOUT_S - 0.2))
+            jobs.append(self._finish_source(self.source))
         try:
             await asyncio.wait_for(asyncio.gather(*jobs), FINISH_TIMEOUT_S)
         except TimeoutError:
@@ -176,3 +255,9 @@ class InterpretApp(App):
                      FINISH_TIMEOUT_S)
         except Exception:
             log.exception("session %s: the final translation flush failed", self.ctx.session_id)
+
+    async def _finish_source(self, source: SourceCaptions) -> None:
+        """The last final caption, then (text route) the translation of every final still waiting."""
+        await source.finish(FINISH_TIMEOUT_S - 0.2)
+        if self.route == ROUTE_TEXT:
+            await self.finals.drained()

@@ -3,6 +3,8 @@
 
 - ``source_language``: a Whisper language code or ``auto`` (default ``auto``).
 - ``target_language``: a language code (default ``en``); the embedded engine (Whisper translate) only does ``en``.
+  Where the caller has the text route (``text_route=True``: the WebRTC interpret app, which then translates the
+  recognised text with the ``mt`` engine), any language ``client_config.capabilities.listen`` offers as text.
 - ``direction``: shorthand ``es-en`` for the two above (``auto-en`` allowed); it must agree with them if both
   are given.
 - ``chunk_ms``: 800 or 1600 (the first chunk is always 1600); default ``st_chunk_ms``.
@@ -25,6 +27,7 @@ import re
 from typing import Any
 
 from rtc_agent.apps.captions.app import LANGUAGE_CODES, language_prior
+from rtc_agent.apps.interpret.deliverable import check_listen
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.engines import st
 from rtc_agent.errors import InvalidRequest
@@ -46,9 +49,12 @@ def _source(value: Any) -> str:
     return value
 
 
-def _target(value: Any, settings: Any) -> str:
+def _target(value: Any, settings: Any, text_route: bool) -> str:
     if not isinstance(value, str) or not _TARGET.match(value):
         raise _bad(f"target_language must be a language code such as 'en', got {show(value)}")
+    if value != "en" and settings is not None and text_route:
+        check_listen(settings, value, key="target_language")  # unsupported_language where nothing makes it
+        return value
     if value != "en" and settings is not None and st.english_only(settings):
         raise _bad(f"the embedded speech-translation engine (Whisper) translates into English only, not "
                    f"{show(value)}; start the server with --st-engine cascade or --st-engine openai for other targets",
@@ -63,8 +69,11 @@ def _direction(value: Any) -> tuple[str, str]:
     return source, target
 
 
-def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Validate ``config`` (unknown keys are refused) over ``base`` (the current values) or the server defaults."""
+def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] | None = None, *,
+                   text_route: bool = False) -> dict[str, Any]:
+    """Validate ``config`` (unknown keys are refused) over ``base`` (the current values) or the server defaults.
+    ``text_route``: the caller translates recognised text where speech translation cannot make the target, so
+    any target the server delivers as text is accepted (see the module docstring)."""
     if not isinstance(config, dict):
         raise _bad("the interpretation config must be an object")
     unknown = set(config) - CONFIG_KEYS
@@ -91,7 +100,7 @@ def resolve_config(config: dict[str, Any], settings: Any, base: dict[str, Any] |
     if "language_prior" in given:
         out["language_prior"] = language_prior(given["language_prior"])
     out["source_language"] = _source(out["source_language"])
-    out["target_language"] = _target(out["target_language"], settings)
+    out["target_language"] = _target(out["target_language"], settings, text_route)
     if out["chunk_ms"] not in (800, 1600) or isinstance(out["chunk_ms"], bool):
         raise _bad(f"chunk_ms must be 800 or 1600 (the first chunk is always 1600), got {show(out['chunk_ms'])}")
     for key in ("speak", "source_text"):

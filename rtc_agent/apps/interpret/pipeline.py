@@ -16,7 +16,9 @@ Two ways to drive it:
 The VAD state (``vad_stream``) and the chunk grid belong to the pipeline: the policy's context cuts never touch them.
 Live mode can share them: ``on_window(prob, start_ms, end_ms)`` gets every VAD window the pump judged (before the
 cutter, also after ``finish``) and ``on_audio(pcm, start_ms)`` every audio push, so another consumer (the interpret
-app's source captions) uses the same VAD probabilities instead of running a second VAD.
+app's source captions) uses the same VAD probabilities instead of running a second VAD. With ``translating``
+false (the interpret app's text route: the captions' finals are translated as text instead) the chunks are not
+translated at all: the VAD pump and ``on_window``/``on_audio`` go on, the policy gets no turns.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class InterpretPipeline:
         self._idle.set()
         self._closed = False
         self._started = False
+        self.translating = True  # False: chunks are cut but not translated (see the module docstring)
         self.vad_windows = 0
 
     # --- live mode ------------------------------------------------------------------------------------------
@@ -143,6 +146,8 @@ class InterpretPipeline:
         return np.asarray(probs, dtype=np.float32)
 
     def _queue_chunk(self, chunk: AudioChunk) -> None:
+        if not self.translating:
+            return
         self._chunks.append((chunk, False))
         live = [i for i, (_, dropped) in enumerate(self._chunks) if not dropped]
         if len(live) > self.max_queued_chunks:
@@ -175,6 +180,8 @@ class InterpretPipeline:
         self._closed = True
         await self._idle.wait()
         last = self.cutter.finish()
+        if not self.translating:
+            return
         if last is not None:
             await self.policy.process(last)
         await self.policy.finish()

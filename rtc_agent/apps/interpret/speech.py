@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtc_agent.apps.base import SpeechSink, UtteranceHandle
+from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.engines.tts.text import speakable
 from rtc_agent.errors import AgentError
@@ -78,8 +79,7 @@ class TranslationSpeaker:
         self.max_ahead_ms = max_ahead_ms
         self.speaker = speaker
         self.language = language
-        self._pieces: deque[_Piece] = deque(maxlen=max_pieces)
-        self._wake = asyncio.Event()
+        self._pieces: WorkQueue[_Piece] = WorkQueue(max_pieces)
         self._playing: deque[tuple[UtteranceHandle, int]] = deque()  # (utterance, duration ms)
         self._current_end_ms = 0  # source position of the piece being synthesized
         self.speed = 1.0
@@ -98,11 +98,9 @@ class TranslationSpeaker:
         """Queue a translation for speech (non-blocking). When ``max_pieces`` wait, the oldest is skipped."""
         if not self.enabled or not text.strip():
             return
-        if len(self._pieces) == self._pieces.maxlen:
-            old = self._pieces.popleft()
+        old = self._pieces.put(_Piece(text, source_end_ms, segment_id))
+        if old is not None:
             self._announce_skip(old, self.lag_ms(old.source_end_ms))
-        self._pieces.append(_Piece(text, source_end_ms, segment_id))
-        self._wake.set()
 
     def clear(self) -> None:
         """Stop speaking now and forget waiting text (e.g. the user turned speech off)."""
@@ -149,10 +147,7 @@ class TranslationSpeaker:
     async def run(self) -> None:
         """Session task: synthesize and queue each piece, in order, forever."""
         while True:
-            while not self._pieces:
-                self._wake.clear()
-                await self._wake.wait()
-            piece = self._pieces.popleft()
+            piece = await self._pieces.get()
             lag = self.lag_ms(piece.source_end_ms)
             self.last_lag_ms = lag
             if lag > self.skip_lag_ms:

@@ -8,8 +8,14 @@
 - ``openai``: an OpenAI-compatible chat server (vLLM, Ollama) at ``mt_url`` with ``mt_model``/``mt_api_key``,
   through :class:`~rtc_agent.engines.llm.openai.OpenAIChatEngine` (:mod:`.chat`);
 - ``embedded``: the packaged LLM with a translation prompt (:mod:`.chat`): the fallback, labelled with its measured
-  quality (:mod:`.quality`). It loads its own instance of the model on the first translation (``mt_model``, else
-  ``llm_model`` when the LLM engine is embedded, else the packaged default);
+  quality (:mod:`.quality`). The model is ``mt_model``, else ``llm_model`` when the LLM engine is embedded, else the
+  packaged default. When the LLM engine is the embedded one with that same model (the defaults), the translator
+  runs on the worker's ``llm`` engine: the same loaded model, the same lane and thread (``EngineSpec.shares``), a
+  translation taken before waiting agent turns (it is short, at most ``32 + len(text)`` tokens, and a listener
+  waits for it) but never interrupting one. Unlike an agent turn, which runs ahead of its speech, a translation
+  does not step aside for ``tts`` and ``asr`` between its steps (it is what the listener waits for; stepping aside
+  before every layer while captions decode made each take tens of seconds on a busy 2-core machine). Only a
+  different model (or a remote LLM) loads a second copy, on the first translation;
 - ``none``: no text translation.
 
 Use::
@@ -23,6 +29,7 @@ Use::
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from rtc_agent.config import SettingsError
@@ -46,11 +53,14 @@ __all__ = [
     "describe",
     "engine_kind",
     "engine_specs",
+    "shares_llm",
     "translation_targets",
 ]
 
 ENGINE_NAME = "mt"
 KINDS = ("auto", "embedded", "openai", "ctranslate2", "none")
+#: the worker's LLM engine (``rtc_agent.engines.register_engines`` registers it before this one)
+LLM_ENGINE = "llm"
 
 
 def _text(settings: Any, name: str) -> str:
@@ -75,6 +85,26 @@ def _embedded_model(settings: Any) -> str:
         return _text(settings, "mt_model")
     llm_kind = (_text(settings, "llm_engine") or "embedded").lower()
     return _text(settings, "llm_model") if llm_kind in EMBEDDED_NAMES else ""
+
+
+def _model_key(model: str) -> str:
+    """One spelling per embedded model: the packaged model's name, or the file's resolved path."""
+    from rtc_agent.engines.llm.packaged import packaged_model
+
+    packaged = packaged_model(model or None)
+    return packaged.name if packaged is not None else str(Path(model).expanduser().resolve())
+
+
+def shares_llm(settings: Any) -> bool:
+    """Whether the embedded translator runs on the worker's ``llm`` engine: the LLM engine is the embedded one and
+    its model is the translator's (see the module docstring)."""
+    from rtc_agent.engines.llm import EMBEDDED_NAMES
+
+    if engine_kind(settings) != "embedded":
+        return False
+    if (_text(settings, "llm_engine") or "embedded").lower() not in EMBEDDED_NAMES:
+        return False
+    return _model_key(_embedded_model(settings)) == _model_key(_text(settings, "llm_model"))
 
 
 def _layout(settings: Any) -> Any:
@@ -139,7 +169,12 @@ def engine_specs(settings: Any) -> list[EngineSpec]:
             max_chars=max_chars))]
     from rtc_agent.engines.llm import engine_spec as llm_engine_spec
 
+    def adapt(chat: Any) -> ChatTranslationEngine:
+        return ChatTranslationEngine(chat, kind="embedded", max_chars=max_chars)
+
     chat_spec = llm_engine_spec(dataclasses.replace(settings, llm_engine="embedded",
                                                     llm_model=_embedded_model(settings)), name=ENGINE_NAME)
-    return [dataclasses.replace(chat_spec, max_queue=32, factory=lambda: ChatTranslationEngine(
-        chat_spec.factory(), kind="embedded", max_chars=max_chars))]
+    own = dataclasses.replace(chat_spec, max_queue=32, yields_to=(), factory=lambda: adapt(chat_spec.factory()))
+    if shares_llm(settings):  # one model in memory: the LLM's (its own copy only where no llm engine is registered)
+        return [dataclasses.replace(own, shares=LLM_ENGINE, adapt=adapt, urgent=True)]
+    return [own]

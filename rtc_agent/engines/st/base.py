@@ -20,6 +20,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from rtc_agent.engines.languages import LANGUAGE_NAMES, language_name
+
 __all__ = [
     "LANGUAGE_NAMES",
     "SAMPLE_RATE",
@@ -138,21 +140,3 @@ def estimate_tokens(text: str) -> int:
     """A rough token count (about 4 UTF-8 bytes per token) for engines that do not report one."""
     size = len(text.strip().encode())
     return 0 if size == 0 else max(1, round(size / 4))
-
-
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
-    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "fi": "Finnish",
-    "fr": "French", "he": "Hebrew", "hi": "Hindi", "hr": "Croatian", "hu": "Hungarian", "id": "Indonesian",
-    "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian", "ms": "Malay",
-    "nl": "Dutch", "no": "Norwegian", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
-    "sk": "Slovak", "sl": "Slovenian", "sr": "Serbian", "sv": "Swedish", "th": "Thai", "tr": "Turkish",
-    "uk": "Ukrainian", "ur": "Urdu", "vi": "Vietnamese", "yue": "Cantonese", "zh": "Chinese",
-}
-
-
-def language_name(code: str | None) -> str:
-    """An English name for a language code, for prompts (``None``: 'the spoken language')."""
-    if not code:
-        return "the spoken language"
-    return LANGUAGE_NAMES.get(code, code)

@@ -22,6 +22,7 @@ from rtc_agent.protocol.events.call import (
     RoomParticipantJoined,
     RoomParticipantLeft,
     RoomParticipantUpdated,
+    RoomSfuUpdated,
     RoomSignal,
 )
 from rtc_agent.protocol.events.catalogue import CLIENT_EVENTS, SERVER_EVENTS
@@ -37,6 +38,7 @@ from rtc_agent.protocol.events.client import (
     InputAudioMuted,
     ResponseCancel,
     ResponseCreate,
+    RoomHand,
     RoomSignalClient,
     SessionUpdate,
     VisionPrompt,
@@ -108,10 +110,12 @@ __all__ = [
     "ResponseCreated",
     "ResponseDone",
     "ResponseTextDelta",
+    "RoomHand",
     "RoomJoined",
     "RoomParticipantJoined",
     "RoomParticipantLeft",
     "RoomParticipantUpdated",
+    "RoomSfuUpdated",
     "RoomSignal",
     "RoomSignalClient",
     "ServerEvent",

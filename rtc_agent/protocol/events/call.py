@@ -10,12 +10,30 @@ from rtc_agent.protocol.events.base import ServerEvent
 
 
 class RoomJoined(ServerEvent):
-    """The first event of a call session: who is in the room (``participants`` includes this participant)."""
+    """The first event of a call session: who is in the room (``participants`` includes this participant).
+
+    ``mode`` is ``mesh`` (browser to browser) or ``sfu`` (media through the SFU). SFU rooms only (null in a mesh):
+    ``listener_count`` and ``sfu {url, room, token, display, interpreter_feeds: {lang: feed_id}}``: where the page
+    reaches the SFU, the SFU room id, this participant's join token, the display name it must publish under (its
+    participant id) and the interpreter feeds published now. In an SFU room ``participants`` lists the speakers
+    and this participant, and the listeners only while there are at most 20 of them."""
 
     type: Literal["room.joined"] = "room.joined"
     room: str
     participant_id: str
     participants: list[dict[str, Any]]
+    mode: Literal["mesh", "sfu"] = "mesh"
+    listener_count: int | None = None
+    sfu: dict[str, Any] | None = None
+
+
+class RoomSfuUpdated(ServerEvent):
+    """An SFU room's interpreter feeds (listen language -> Janus feed id) or its listener count changed."""
+
+    type: Literal["room.sfu.updated"] = "room.sfu.updated"
+    room: str
+    interpreter_feeds: dict[str, int]
+    listener_count: int
 
 
 class RoomParticipantJoined(ServerEvent):

@@ -89,6 +89,13 @@ class RoomSignalClient(ClientEvent):
     payload: Any = None
 
 
+class RoomHand(ClientEvent):
+    """A participant of an SFU room raises or lowers its hand (``room.participant.updated`` with ``hand_raised``)."""
+
+    type: Literal["room.hand"] = "room.hand"
+    raised: bool
+
+
 class InputAudioMuted(ClientEvent):
     """The page muted (or unmuted) its microphone: while muted no speech can come, so the app ends an utterance
     in progress now instead of waiting for a silence that a muted (possibly silent, DTX) track may never send."""

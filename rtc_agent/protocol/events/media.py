@@ -65,6 +65,7 @@ class CaptionFinal(ServerEvent):
     language: str | None = None
     behind_ms: int | None = None
     speaker: dict[str, str] | None = None
+    replayed: bool = False  # app ``call``: sent to a late joiner from the room's transcript (not said just now)
 
 
 class CaptionTranslation(ServerEvent):

@@ -27,7 +27,7 @@ class SessionUpdated(ServerEvent):
 
 
 SESSION_END_REASONS = ("heartbeat_lost", "max_duration", "server_shutdown", "connect_timeout", "deleted",
-                       "internal_error", "peer_closed", "ice_failed", "setup_failed", "rate_limited")
+                       "internal_error", "peer_closed", "ice_failed", "setup_failed", "rate_limited", "room_moved")
 
 
 class SessionEnded(ServerEvent):
@@ -35,8 +35,9 @@ class SessionEnded(ServerEvent):
 
     ``reason`` is one of :data:`SESSION_END_REASONS` (``heartbeat_lost``, ``max_duration``, ``server_shutdown``,
     ``connect_timeout``, ``deleted``, ``internal_error``, ``rate_limited``: the client kept sending past its
-    per-connection budget; ``peer_closed``, ``ice_failed`` and ``setup_failed`` only reach a client whose channel
-    is still open); ``message`` says it in words for the page.
+    per-connection budget; ``room_moved``: another node hosts the call room now, offer again; ``peer_closed``,
+    ``ice_failed`` and ``setup_failed`` only reach a client whose channel is still open); ``message`` says it in
+    words for the page.
     """
 
     type: Literal["session.ended"] = "session.ended"

@@ -1,6 +1,7 @@
 // Captions: live speech captions (caption.partial / caption.final) over the local video preview, a transcript,
 // and the visual commentary rounds (vision.*). Event shapes: DESIGN.md section 4.
 
+import { toVttWithTranslations } from "../caption-files.js";
 import { el, trimChildren } from "../dom.js";
 
 function formatClock(ms) {
@@ -19,7 +20,7 @@ const MAX_ITEMS = 300;
 
 const trim = (list) => trimChildren(list, MAX_ITEMS);
 
-export function mount({ client, $, announce, download, copyText, toVtt, toSrt }) {
+export function mount({ client, $, announce, download, copyText, toSrt }) {
   const finalEl = $("caption-final");
   const committedEl = $("caption-committed");
   const tentativeEl = $("caption-tentative");
@@ -196,17 +197,43 @@ export function mount({ client, $, announce, download, copyText, toVtt, toSrt })
     if (copyText) copyText(lines.join("\n"), e.currentTarget);
     else navigator.clipboard?.writeText(lines.join("\n")).catch(() => {});
   });
-  // Downloads of the final captions (kept until Clear): WebVTT, SRT, plain text
+  // caption.translation {segment_id, language, text} (DESIGN.md section 4): kept per segment for the VTT
+  // download, shown under the caption's row. The captions app sends none today; a server that translates does.
+  const translations = new Map(); // segment_id -> {language: text}, bounded like the rows
+  client.on("caption.translation", (ev) => {
+    const text = (ev.text || "").trim();
+    if (!text || !ev.language || ev.segment_id === undefined) return;
+    const key = String(ev.segment_id);
+    const entry = translations.get(key) || {};
+    entry[ev.language] = `${entry[ev.language] || ""} ${text}`.trim();
+    translations.set(key, entry);
+    while (translations.size > MAX_ITEMS) translations.delete(translations.keys().next().value);
+    const row = transcript?.querySelector(`li[data-segment-id="${CSS.escape(key)}"]`);
+    if (!row) return;
+    let line = row.querySelector(`.segment-translation[lang="${CSS.escape(ev.language)}"]`);
+    if (!line) {
+      line = el("span", "segment-translation");
+      line.lang = ev.language;
+      row.append(line);
+    }
+    line.textContent = `[${ev.language}] ${entry[ev.language]}`;
+  });
+  // Downloads of the final captions (kept until Clear): WebVTT (with the translations), SRT, plain text
   const cues = () => [...(transcript?.querySelectorAll("li.final") || [])].map((li) => ({
     start_ms: Number(li.dataset.startMs || 0), end_ms: Number(li.dataset.endMs || 0),
     text: li.querySelector(".segment-text").textContent,
+    translations: translations.get(li.dataset.segmentId) || {},
   }));
   const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
-  $("transcript-vtt")?.addEventListener("click", () => download?.(`captions-${stamp()}.vtt`, toVtt(cues()), "text/vtt"));
+  $("transcript-vtt")?.addEventListener("click", () => download?.(`captions-${stamp()}.vtt`,
+    toVttWithTranslations(cues()), "text/vtt"));
   $("transcript-srt")?.addEventListener("click", () => download?.(`captions-${stamp()}.srt`, toSrt(cues()), "application/x-subrip"));
   $("transcript-text")?.addEventListener("click", () => download?.(`captions-${stamp()}.txt`,
     `${cues().map((c) => c.text).join("\n")}\n`));
-  $("transcript-clear")?.addEventListener("click", () => transcript?.replaceChildren());
+  $("transcript-clear")?.addEventListener("click", () => {
+    transcript?.replaceChildren();
+    translations.clear();
+  });
 
   client.addEventListener("statechange", (ev) => {
     if (ev.detail.state === "connecting") {

@@ -4,6 +4,7 @@
 // caption.final (the embedded Whisper engine: the server runs the captions pipeline on the source) or from
 // translation.chunk.source_text (cascade / openai engines); one session uses one of the two, never both.
 
+import { attachTranslations, toVttWithTranslations } from "../caption-files.js";
 import { el, stickToEnd, trimChildren } from "../dom.js";
 import { SPEECH_LAG_MS, behindText } from "../lag-badges.js";
 import { offerListenLanguages, renderOfferNote, trackEffectiveConfig } from "../listen-languages.js";
@@ -56,7 +57,8 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   const embeddedSt = caps.engines?.st?.kind === "embedded";
   const detectedEl = $("detected-language");
 
-  // Kept for the downloads: [{start_ms, end_ms, text}] per pane (the source: its final captions, or chunk texts).
+  // Kept for the downloads: [{start_ms, end_ms, text}] per pane (the source: its final captions, or chunk texts;
+  // each translation also keeps its language).
   let sourceCues = [];
   let sourceMode = null; // "captions" or "chunks": what fills the Source pane in this session
   let partialRow = null; // the source caption being recognized (tentative, greyed)
@@ -95,7 +97,7 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
       line.append(span);
     });
     lastEmitEnd = endMs;
-    targetCues.push({ start_ms: startMs, end_ms: endMs, text });
+    targetCues.push({ start_ms: startMs, end_ms: endMs, text, language: targetSel?.value || null });
     announce?.(text);
   };
   const showDetected = (ev) => {
@@ -117,7 +119,9 @@ export function mount({ client, config, $, download, copyText, toVtt, announce }
   $("interpret-download-target-text")?.addEventListener("click", () => download?.(`translation-${stamp()}.txt`, asText(targetCues)));
   $("interpret-download-target-vtt")?.addEventListener("click", () => download?.(`translation-${stamp()}.vtt`, vtt(targetCues), "text/vtt"));
   $("interpret-download-source-text")?.addEventListener("click", () => download?.(`source-${stamp()}.txt`, asText(sourceCues)));
-  $("interpret-download-source-vtt")?.addEventListener("click", () => download?.(`source-${stamp()}.vtt`, vtt(sourceCues), "text/vtt"));
+  // the source cues with their translations as extra cue lines ("[en] ..."), as the room transcripts have them
+  $("interpret-download-source-vtt")?.addEventListener("click", () => download?.(`source-${stamp()}.vtt`,
+    toVttWithTranslations(attachTranslations(sourceCues, targetCues)), "text/vtt"));
   $("interpret-copy")?.addEventListener("click", (e) => copyText?.(asText(targetCues), e.currentTarget));
   $("interpret-clear")?.addEventListener("click", () => {
     sourceText?.replaceChildren();

@@ -8,7 +8,8 @@
 import { el } from "../dom.js";
 import { AgentError } from "../rtc-client.js";
 
-const ROOM_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+/** A room name the server takes: 1-64 letters, digits, "-" or "_", starting with a letter or digit. */
+export const ROOM_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 
 function randomRoom() {
   const bytes = new Uint8Array(5);
@@ -28,12 +29,21 @@ export function roomFromLocation() {
   return { room, joinToken, params };
 }
 
+/** Write `room` into the page's URL (?room=), keeping the rest (a typed room name; a reload then opens it). */
+export function setRoomInLocation(room) {
+  const params = new URLSearchParams(location.search);
+  params.set("room", room);
+  history.replaceState(null, "", `${location.pathname}?${params}${location.hash}`);
+}
+
 /**
  * This participant's client token names the room (the call app's config needs it); with a join link, the link's
- * token pays for it (no sign-in needed), otherwise the page sign-in cookie or open mode does.
+ * token pays for it (no sign-in needed), otherwise the page sign-in cookie or open mode does. `roomOf()` is the
+ * room at the time of the fetch (the pre-join form may change it).
  */
-export function clientTokenFetcher(room, joinToken) {
+export function clientTokenFetcher(roomOf, joinToken) {
   return async () => {
+    const room = roomOf();
     const headers = { "Content-Type": "application/json", Accept: "application/json" };
     if (joinToken) headers.Authorization = `Bearer ${joinToken}`;
     const res = await fetch("/v1/tokens", {
@@ -69,6 +79,20 @@ export async function shareLink(room, joinToken) {
     /* fall back to the plain link */
   }
   return `${location.origin}/call?room=${encodeURIComponent(room)}`;
+}
+
+/** Who is in `room` now ({participants: [{name}], count, max_participants}; GET /v1/rooms/{room}), or null when
+ * this page may not read it (or the server does not say). */
+export async function roomPresence(room, joinToken) {
+  const headers = { Accept: "application/json", ...(joinToken ? { Authorization: `Bearer ${joinToken}` } : {}) };
+  try {
+    const res = await fetch(`/v1/rooms/${encodeURIComponent(room)}`, { headers, credentials: "same-origin", cache: "no-store" });
+    if (!res.ok) return null;
+    const body = await res.json();
+    return body && Array.isArray(body.participants) ? body : null;
+  } catch {
+    return null;
+  }
 }
 
 /** Save the room transcript as `fmt` ("vtt" or "json"); a failure is shown on `errors`. */

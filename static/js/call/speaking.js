@@ -15,13 +15,15 @@ export class SpeakingIndicators {
     setInterval(() => this._poll(), POLL_MS);
   }
 
-  /** Watch `stream`'s audio for `id` (null stops watching). */
+  /** Watch `stream`'s audio for `id` (null stops watching, and its tile stops showing it speaking). */
   watch(id, stream) {
     const old = this._levels.get(id);
     if (old) {
       old.source.disconnect();
       this._levels.delete(id);
     }
+    const tile = this._tileOf(id);
+    if (tile) tile.dataset.speaking = "false";
     const ctx = stream && stream.getAudioTracks().length ? audioContext() : null;
     if (!ctx) return;
     const source = ctx.createMediaStreamSource(stream);

@@ -1,0 +1,177 @@
+"""The text route of interpretation: caption finals of the source speech, translated by the worker's ``mt`` engine.
+
+Where speech translation cannot produce a listener's language (the embedded Whisper translate task gives English
+only), the interpret app and the call rooms recognise the speech (the captions pipeline's finals) and translate
+each final's text (the cascade): :class:`FinalsTranslator` takes the finals in order, sends each as
+``TextTranslateRequest(text, source, target, context)`` (the context being the previous finals and their
+translations) and emits, for each, the ``translation.chunk`` the speech route sends (``EMIT`` with
+``source_text``); ``on_text`` gets every translation (to speak it, to file it as a ``caption.translation``).
+
+Finals wait in a bounded queue (``max_pending``, the ``room_mt_backlog`` setting); past it the oldest is dropped,
+and so is any the owner sheds with :meth:`FinalsTranslator.drop_oldest` (a call room's muted speaker's first),
+each announced as ``translation.speech.catchup`` with ``action: "drop"``. A failed translation is logged and
+counted; the first one is sent as an ``error`` event, and the next final is translated as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rtc_agent.apps.interpret.deliverable import text_request
+from rtc_agent.apps.interpret.work_queue import WorkQueue
+from rtc_agent.errors import AgentError
+from rtc_agent.protocol import ServerEvent, error_event
+from rtc_agent.protocol.events import CaptionFinal, TranslationChunk, TranslationSpeechCatchup
+
+__all__ = ["CONTEXT_FINALS", "FinalTranslation", "FinalsTranslator"]
+
+log = logging.getLogger(__name__)
+
+CONTEXT_FINALS = 2  # previous finals (with their translations) sent with each as translation context
+DEFAULT_BACKLOG = 8
+
+
+@dataclass(frozen=True)
+class FinalTranslation:
+    """One translated final: ``text`` in the translator's target, from ``source_text`` (the final's words) in
+    ``source_language`` (None: not known); ``latency_ms``: the ``mt`` call; ``lag_ms``: from the end of the speech
+    to the translation."""
+
+    final: CaptionFinal
+    text: str
+    source_text: str
+    source_language: str | None
+    latency_ms: float
+    lag_ms: int
+
+
+class FinalsTranslator:
+    """Translates caption finals into ``target`` through ``worker``'s ``mt`` engine, in order; see the module
+    docstring. Run :meth:`run` as a session task.
+
+    - ``emit``: where its events go (``translation.chunk``, the ``drop`` catch-ups, the first ``error``);
+      ``speaker``: set on those events (app ``call``: whose speech this is).
+    - ``now_ms``: the session clock of the finals' ``audio_end_ms``.
+    - ``source_language``: the speaker's language when a final names none (None: ``auto``).
+    - ``timeout_s``: per translation (``mt_timeout_s``); ``max_pending``: finals waiting (``room_mt_backlog``).
+    """
+
+    def __init__(self, worker: Any, target: str, emit: Callable[[ServerEvent], None], now_ms: Callable[[], int], *,
+                 on_text: Callable[[FinalTranslation], None] | None = None, speaker: dict[str, str] | None = None,
+                 source_language: str | None = None, timeout_s: float = 30.0,
+                 max_pending: int = DEFAULT_BACKLOG, engine: str = "mt") -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        self.worker = worker
+        self.target = target
+        self.emit = emit
+        self.now_ms = now_ms
+        self.on_text = on_text
+        self.speaker = speaker
+        self.source_language = source_language
+        self.timeout_s = timeout_s
+        self.max_pending = max_pending
+        self.engine = engine
+        self.pending: WorkQueue[CaptionFinal] = WorkQueue()
+        self.context: deque[tuple[str, str]] = deque(maxlen=CONTEXT_FINALS)
+        self.index = 0
+        self.texts = 0
+        self.dropped = 0
+        self.errors = 0
+        self.last_lag_ms = 0
+        self.last_latency_ms = 0.0
+        self._in_flight = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def _settle(self) -> None:
+        if not self.pending and not self._in_flight:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Return once no final waits or is being translated (with :meth:`run` running)."""
+        await self._idle.wait()
+
+    def push(self, final: CaptionFinal) -> None:
+        """Queue a final for translation (non-blocking); an empty one is ignored; past ``max_pending`` the oldest
+        waiting final is dropped."""
+        if not final.text.strip():
+            return
+        self.pending.put(final)
+        self._idle.clear()
+        while len(self.pending) > self.max_pending:
+            self.drop_oldest("behind")
+
+    def drop_oldest(self, reason: str) -> None:
+        """Forget the oldest waiting final, telling the listeners (``translation.speech.catchup`` ``drop``)."""
+        if not self.pending:
+            return
+        old = self.pending.popleft()
+        self.dropped += 1
+        lag = max(0, self.now_ms() - old.audio_end_ms)
+        self.emit(TranslationSpeechCatchup(action="drop", lag_ms=lag, skipped_text=old.text.strip(),
+                                           audio_end_ms=old.audio_end_ms, speaker=self.speaker,
+                                           segment_id=old.segment_id, reason=reason))
+        self._settle()
+
+    def set_target(self, target: str) -> None:
+        """Translate into ``target`` from the next final on (the context of another language is forgotten)."""
+        if target != self.target:
+            self.target = target
+            self.context.clear()
+
+    def clear(self) -> None:
+        """Forget the waiting finals (the owner stopped wanting them)."""
+        self.pending.clear()
+        self._settle()
+
+    async def run(self) -> None:
+        """Session task: translate the waiting finals in order, forever."""
+        while True:
+            final = await self.pending.get()
+            self._in_flight = True
+            try:
+                await self.translate(final)
+            except AgentError as exc:
+                self.errors += 1
+                log.warning("text interpretation into %s failed: %s", self.target, exc)
+                if self.errors == 1:
+                    self.emit(error_event(exc))
+            finally:
+                self._in_flight = False
+                self._settle()
+
+    async def translate(self, final: CaptionFinal) -> FinalTranslation | None:
+        """Translate one final now: emit its ``translation.chunk`` and hand it to ``on_text``; None when the
+        engine gave no text. Raises the worker's ``AgentError``."""
+        source = final.text.strip()
+        language = final.language or self.source_language
+        target = self.target
+        started = time.perf_counter()
+        result = await self.worker.call(self.engine, text_request(source, language, target, list(self.context)),
+                                        timeout=self.timeout_s)
+        text = str(getattr(result, "text", result) or "").strip()
+        if not text or target != self.target:  # nothing, or the listener changed language meanwhile
+            return None
+        self.context.append((source, text))
+        self.last_latency_ms = round((time.perf_counter() - started) * 1000, 1)
+        self.last_lag_ms = max(0, self.now_ms() - final.audio_end_ms)
+        self.texts += 1
+        self.emit(TranslationChunk(index=self.index, action="EMIT", text=text, source_text=source,
+                                   audio_start_ms=final.audio_start_ms, audio_end_ms=final.audio_end_ms,
+                                   speaker=self.speaker, source_language=language, latency_ms=self.last_latency_ms))
+        self.index += 1
+        done = FinalTranslation(final, text, source, language, self.last_latency_ms, self.last_lag_ms)
+        if self.on_text is not None:
+            self.on_text(done)
+        return done
+
+    def stats(self) -> dict[str, Any]:
+        return {"target": self.target, "texts": self.texts, "pending": len(self.pending), "dropped": self.dropped,
+                "errors": self.errors, "lag_ms": self.last_lag_ms, "latency_ms": self.last_latency_ms}

@@ -1,0 +1,178 @@
+"""``rtc-agent bench call --sfu --listeners N --sfu-languages es,de,fr``: an interpreted webinar through Janus.
+
+A real server process (every engine loaded) with ``sfu_url`` pointing at a Janus (``--sfu-url``, or one this
+benchmark starts: :mod:`rtc_agent.bench.janus_local`). One speaker (English, espeak-ng) holds its call session
+for events and publishes its audio to Janus from an aiortc peer; N listener sessions (role ``listener``, listen
+languages round-robin over ``--sfu-languages``) each subscribe, through Janus with their own token, to their
+language's interpreter feed. Rooms of 3 listeners and of N are measured one after the other:
+
+- server CPU: user + system seconds of the server process while the speech plays (and ``SETTLE_S`` after), per
+  second; ``cpu_ratio_vs_3``: the room of N over the room of 3 (target: within 15 %);
+- per listener: captions of the speaker received, translations in its language received, interpretation audio
+  received from its feed (at least 200 ms of non-silent frames), waiting up to ``DELIVERY_WAIT_S`` after the CPU
+  window for what is still on its way;
+- interpretation lag: ``lag_ms`` of each ``caption.translation`` (server side: from the end of the translated
+  speech on the speaker's clock to its emission), p50 / p90.
+
+The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from rtc_agent.bench.audio import load_audio_48k
+from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
+from rtc_agent.bench.interpret import espeak_clip
+from rtc_agent.bench.janus_local import local_janus
+from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.sfu import FeedPublisher, FeedSubscriber, JanusClient
+from rtc_agent.rtc.sources import PcmSourceTrack
+
+SENTENCES = ["Please remember to bring your umbrella tomorrow morning.", "The library opens at nine on Saturday.",
+             "Our team finished the report on Friday.", "The train to the airport leaves every twenty minutes."]
+SETTLE_S = 20.0  # CPU is measured while the speech plays and this long after (the same window for every room)
+DELIVERY_WAIT_S = 60.0  # then at most this long for every listener's translation and interpretation audio
+FEEDS_TIMEOUT_S = 60.0
+HEARD_FRAMES = 10  # 200 ms of non-silent audio from the interpreter feed
+TARGETS = {"cpu_ratio_vs_3_max": 1.15}
+
+
+def _translated(peer: ClientPeer) -> bool:
+    """Whether ``peer`` got a translation into its listen language."""
+    return any(e["type"] == "caption.translation" and e["language"] == peer.config["listen_language"]
+               for e in peer.events)
+
+
+def _joined(peer: ClientPeer) -> dict[str, Any]:
+    return next(e for e in peer.events if e["type"] == "room.joined")
+
+
+async def _feeds(peer: ClientPeer, languages: set[str], timeout: float) -> dict[str, int]:
+    """The interpreter feeds (language -> feed id) once every one of ``languages`` has one (or the timeout)."""
+    deadline = time.monotonic() + timeout
+    feeds: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        updates = [e for e in peer.events if e["type"] == "room.sfu.updated"]
+        feeds = updates[-1]["interpreter_feeds"] if updates else _joined(peer)["sfu"]["interpreter_feeds"]
+        if languages <= set(feeds):
+            break
+        await asyncio.sleep(0.2)
+    return {lang: int(feed) for lang, feed in feeds.items()}
+
+
+async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
+                   languages: list[str]) -> dict[str, Any]:
+    room = f"sfu-bench-{n}-{int(time.time())}"
+    janus = await JanusClient(ws_url, api_secret=secret).connect()
+    speaker = ClientPeer(base_url, "call", receive_audio=False,
+                         config={"room": room, "mode": "sfu", "name": "Speaker", "language": "en"})
+    listeners = [ClientPeer(base_url, "call", receive_audio=False,
+                            config={"room": room, "name": f"L{i}", "language": "en", "role": "listener",
+                                    "listen_language": languages[i % len(languages)]}) for i in range(n)]
+    heard = [0] * n
+    subscribers: list[FeedSubscriber] = []
+    publisher: FeedPublisher | None = None
+
+    def counter(i: int) -> Any:
+        def sink(pcm: np.ndarray, _start_ms: int) -> None:
+            if pcm.size and int(np.abs(pcm).max()) > 300:
+                heard[i] += 1
+        return sink
+
+    try:
+        await speaker.connect()
+        await speaker.wait_for("room.joined", timeout=60)
+        for peer in listeners:
+            await peer.connect()
+            await peer.wait_for("room.joined", timeout=60)
+        sfu = _joined(speaker)["sfu"]
+        feeds = await _feeds(speaker, set(languages), FEEDS_TIMEOUT_S)
+        for i, peer in enumerate(listeners):
+            feed = feeds.get(peer.config["listen_language"])
+            if feed is None:
+                continue
+            sub = FeedSubscriber(janus, sfu["room"], feed, [{"feed": feed}], token=_joined(peer)["sfu"]["token"],
+                                 sink=counter(i))
+            await sub.start()
+            subscribers.append(sub)
+        speech = load_audio_48k(espeak_clip(SENTENCES, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
+        cpu0, wall0 = server.cpu_seconds(), time.monotonic()
+        publisher = FeedPublisher(janus, sfu["room"], PcmSourceTrack(speech, 48000, tail="silence"),
+                                  display=sfu["display"], token=sfu["token"])
+        await publisher.start()
+        await asyncio.sleep(speech.size / 48000 + SETTLE_S)
+        cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
+        deadline = time.monotonic() + DELIVERY_WAIT_S  # then what is still on its way may arrive (not in the CPU)
+        while time.monotonic() < deadline and not all(
+                count >= HEARD_FRAMES and _translated(peer) for count, peer in zip(heard, listeners, strict=True)):
+            await asyncio.sleep(0.5)
+    finally:
+        for sub in subscribers:
+            await sub.close()
+        if publisher is not None:
+            await publisher.close()
+        for peer in [speaker, *listeners]:
+            with contextlib.suppress(Exception):
+                await peer.close()
+        await janus.close()
+    speaker_id = _joined(speaker)["participant_id"]
+    lags = [e["lag_ms"] / 1000 for peer in listeners for e in peer.events
+            if e["type"] == "caption.translation" and e.get("lag_ms") is not None]
+    captions = sum(1 for peer in listeners if any(e["type"] == "caption.final" and (e.get("speaker") or {}).get(
+        "participant_id") == speaker_id for e in peer.events))
+    translated = sum(1 for peer in listeners if _translated(peer))
+    return {"listeners": n, "languages": languages, "interpreter_feeds": sorted(feeds),
+            "server_cpu_s": round(cpu, 2), "server_cpu_cores_used": round(cpu / wall, 3),
+            "listeners_with_captions": captions, "listeners_with_translations": translated,
+            "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
+            "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
+                                      "count": len(lags)}}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    languages = [lang.strip() for lang in args.sfu_languages.split(",") if lang.strip()]
+    if not languages or args.listeners < 3:
+        raise SystemExit("--listeners must be at least 3 and --sfu-languages name at least one language")
+    load_before = os.getloadavg()[0]
+    async with contextlib.AsyncExitStack() as stack:
+        if args.sfu_url:
+            ws_url, secret = args.sfu_url, args.sfu_api_secret
+        else:
+            ws_url, secret = await stack.enter_async_context(local_janus())
+        server = await stack.enter_async_context(local_server(
+            sfu_url=ws_url, sfu_api_secret=secret, sfu_max_listeners=max(300, args.listeners),
+            max_sessions=args.listeners + 8,  # (listeners do not count against the call capacity)
+            admission_max_queue_delay_ms=0.0,  # the room is measured here, not admission
+            also_load=("mt", "tts-kokoro")))
+        rooms = []
+        for n in sorted({3, args.listeners}):
+            print(f"SFU room with {n} listeners ...", flush=True)
+            rooms.append(await run_room(server.base_url, server, ws_url, secret, n, languages))
+            print(rooms[-1], flush=True)
+    ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
+    return {"benchmark": "call-sfu", "rooms": rooms, "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
+            "targets": TARGETS, "note": args.sfu_note, "load_1min_before": round(load_before, 2),
+            "machine": machine()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sfu", action="store_true", help="an interpreted webinar through Janus (one speaker, "
+                                                           "--listeners aiortc listeners)")
+    parser.add_argument("--listeners", type=int, default=30, help="with --sfu: listeners of the larger room")
+    parser.add_argument("--sfu-languages", default="es,de,fr", help="with --sfu: the listeners' languages")
+    parser.add_argument("--sfu-url", default="", help="with --sfu: a Janus WebSocket API (default: start one)")
+    parser.add_argument("--sfu-api-secret", default="", help="with --sfu and --sfu-url: its api_secret")
+    parser.add_argument("--sfu-note", default="", help="with --sfu: a note stored in the JSON")
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    out = args.out if args.out != "docs/benchmarks/call.json" else "docs/benchmarks/call-sfu.json"
+    return write_json(asyncio.run(run(args)), out)

@@ -1,0 +1,143 @@
+"""The interpret app's text route (issue 21): a target that speech translation cannot make (en -> es on the embedded
+Whisper, which translates into English only) is served as the call rooms serve it: the recognised text (the source
+captions' finals), the ``mt`` engine, and the target language's own voice. Scripted engines on a real worker; the
+real path is in tests/test_call_languages_real.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from rtc_agent.apps.interpret import InterpretApp, deliverable
+from rtc_agent.apps.interpret.text_route import FinalsTranslator
+from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
+from rtc_agent.errors import InvalidRequest
+from rtc_agent.protocol.events import CaptionFinal, SessionUpdate
+from rtc_agent.rtc.speech_output import SpeechOutput
+from rtc_agent.worker import Worker
+from tests.fakes import ScriptedAppContext, ScriptedASR, ScriptedMT, ScriptedTTS, ScriptedVAD, loud_above, register
+from tests.test_interpret_source import speak
+
+SR = 16000
+SPOKEN = "good morning everyone"
+
+
+def english(request: TranscribeRequest) -> Transcript:
+    """The scripted Whisper: English speech, confidently detected."""
+    audio_s = len(request.audio) / SR
+    return Transcript(text=SPOKEN, segments=[Segment(0.0, audio_s, f" {SPOKEN}")], language=request.language or "en",
+                      language_prob=0.97, language_probs=[("en", 0.97)], prefix_applied=False, audio_s=audio_s)
+
+
+@pytest.fixture
+def voices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """English and Spanish voices on the worker's ``tts`` engine (what Piper + Kokoro give), none for German."""
+    monkeypatch.setattr(deliverable, "_voice_for", lambda settings, language: "tts" if language in ("en", "es")
+                        else None)
+
+
+def session(**overrides: Any) -> tuple[ScriptedAppContext, dict[str, Any]]:
+    worker = Worker()
+    engines = {"asr": register(worker, "asr", ScriptedASR(english, delay_s=0.002), max_queue=64, concurrency=4),
+               "mt": register(worker, "mt", ScriptedMT()),
+               "tts": register(worker, "tts", ScriptedTTS(seconds=lambda text: 0.05))}
+    register(worker, "vad", ScriptedVAD(loud_above(0.01), delay_s=0.002), max_queue=64)
+    ctx = ScriptedAppContext(worker, close_reason="deleted", speech=SpeechOutput(),
+                             **{"st_engine": "embedded", "mt_engine": "auto", **overrides})
+    return ctx, engines
+
+
+async def utterance(app: InterpretApp, ctx: ScriptedAppContext, done: Any) -> None:
+    """One loud utterance, then quiet until ``done()`` (a generous deadline, never a moment)."""
+    await speak(app, ctx, 2.0, loud=True)
+    for _ in range(300):
+        await speak(app, ctx, 0.1, loud=False)
+        if done():
+            return
+    raise AssertionError("the utterance was not interpreted")
+
+
+async def stop(app: InterpretApp, ctx: ScriptedAppContext) -> None:
+    await app.close()
+    for task in ctx.tasks:
+        task.cancel()
+    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await ctx.worker.close()
+
+
+async def test_english_to_spanish_on_whisper_is_recognised_translated_and_spoken_in_spanish(voices: None) -> None:
+    ctx, engines = session()
+    config = InterpretApp.validate_config({"direction": "en-es"}, ctx.settings)
+    app = InterpretApp(ctx, config)  # type: ignore[arg-type]
+    assert app.route == "text" and app.source is not None and not app.pipeline.translating
+    assert app.engines()["mt"] and app.engines()["tts"]
+    await app.start()
+    try:
+        await utterance(app, ctx, lambda: ctx.of("translation.speech.started"))
+    finally:
+        await stop(app, ctx)
+    [chunk] = [c for c in ctx.of("translation.chunk") if c.action == "EMIT"]
+    assert (chunk.text, chunk.source_text, chunk.source_language) == (f"[es] {SPOKEN}", SPOKEN, "en")
+    assert [(r.text, r.source, r.target) for r in engines["mt"].requests] == [(SPOKEN, "en", "es")]
+    assert all(r.task == "transcribe" for r in engines["asr"].requests)  # no speech-translation turns
+    assert app.policy.stats()["model_calls"] == 0
+    assert {r.language for r in engines["tts"].ran} == {"es"}  # read by the Spanish voice
+    started = ctx.of("translation.speech.started")
+    assert started and started[0].language == "es" and started[0].text == f"[es] {SPOKEN}"
+    assert not ctx.of("caption.final")  # the captions reach the page only with source_text
+    assert app.stats()["text_route"]["texts"] == 1
+
+
+async def test_source_text_shows_the_captions_and_the_route_follows_the_target(voices: None) -> None:
+    ctx, engines = session()
+    app = InterpretApp(ctx, InterpretApp.validate_config({"source_language": "en", "source_text": True},  # type: ignore
+                                                         ctx.settings))
+    assert app.route == "speech" and app.pipeline.translating
+    await app.start()
+    try:
+        await app.on_event(SessionUpdate(session={"target_language": "es"}))
+        assert app.route == "text" and not app.pipeline.translating and app.speaker.language == "es"
+        await utterance(app, ctx, lambda: [c for c in ctx.of("translation.chunk") if c.source_text])
+        assert ctx.of("caption.final")[-1].text == SPOKEN
+        await app.on_event(SessionUpdate(session={"target_language": "de"}))  # delivered as text, no voice
+        assert app.route == "text" and not app.speaker.enabled
+        with pytest.raises(InvalidRequest) as err:
+            await app.on_event(SessionUpdate(session={"target_language": "xx"}))
+        assert err.value.code == "unsupported_language" and app.config["target_language"] == "de"
+        await app.on_event(SessionUpdate(session={"target_language": "en"}))  # back to speech translation
+        assert app.route == "speech" and app.pipeline.translating and app.speaker.enabled
+    finally:
+        await stop(app, ctx)
+    assert [r.target for r in engines["mt"].requests] == ["es"]
+
+
+def test_without_a_text_translator_only_english_is_offered(voices: None) -> None:
+    ctx, _ = session(mt_engine="none")
+    with pytest.raises(InvalidRequest) as err:
+        InterpretApp.validate_config({"direction": "en-es"}, ctx.settings)
+    assert err.value.code == "unsupported_language" and "'es'" in err.value.message
+    assert InterpretApp.validate_config({"direction": "es-en"}, ctx.settings)["target_language"] == "en"
+
+
+async def test_finals_translator_drops_the_oldest_past_its_backlog_and_reports_the_first_error() -> None:
+    worker = Worker()
+    mt_engine = register(worker, "mt", ScriptedMT(RuntimeError("boom")))
+    events: list[Any] = []
+    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, max_pending=2)
+    for i in range(4):
+        translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
+                                     audio_end_ms=i * 1000 + 900, language="en"))
+    translator.push(CaptionFinal(segment_id="blank", text="  ", audio_start_ms=0, audio_end_ms=1))
+    task = asyncio.ensure_future(translator.run())
+    try:
+        await asyncio.wait_for(translator.drained(), 10)
+    finally:
+        task.cancel()
+        await worker.close()
+    drops = [e for e in events if e.type == "translation.speech.catchup"]
+    assert [(d.action, d.segment_id, d.reason) for d in drops] == [("drop", "s0", "behind"), ("drop", "s1", "behind")]
+    assert [e.type for e in events[2:]] == ["error", "translation.chunk"]  # line 2 failed, line 3 came through
+    assert events[-1].text == "[es] line 3" and [r.text for r in mt_engine.requests] == ["line 2", "line 3"]
+    assert translator.stats()["errors"] == 1 and translator.stats()["dropped"] == 2
