@@ -135,7 +135,7 @@ async def test_peer_gets_translation_events_and_translated_speech(server):
         await asyncio.sleep(1.5)
         spoken = peer.received_audio()
         info = await peer.session_info()
-        peer.send({"type": "session.update", "session": {"target_language": "fr"}})
+        peer.send({"type": "session.update", "session": {"target_language": "zu"}})
         refused = await peer.wait_for("error", timeout=5)
         assert refused["error"]["code"] == "unsupported_language"
     finally:
@@ -153,7 +153,7 @@ async def test_peer_gets_translation_events_and_translated_speech(server):
 
 async def test_bad_interpret_config_is_refused_at_offer(server):
     async with aiohttp.ClientSession() as http:
-        for config in ({"direction": "es-xx-en"}, {"chunk_ms": 1000}, {"target_language": "de"}):
+        for config in ({"direction": "es-xx-en"}, {"chunk_ms": 1000}, {"target_language": "zu"}):
             async with http.post(f"{server.url}/v1/sessions",
                                  json={"app": "interpret", "sdp": "v=0", "config": config}) as resp:
                 assert resp.status == 400, config

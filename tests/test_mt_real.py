@@ -5,7 +5,7 @@ one sentence's words; and it runs on the worker's one loaded LLM (the same model
 from __future__ import annotations
 
 import dataclasses
-import gc
+from typing import Any
 
 import pytest
 
@@ -27,9 +27,16 @@ SENTENCES = [
 ]
 
 
-async def test_embedded_translates_into_spanish_on_the_one_loaded_llm() -> None:
+async def test_embedded_translates_into_spanish_on_the_one_loaded_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = dataclasses.replace(Settings(), mt_engine="embedded", cache_dir=Settings().cache_dir)
-    models_before = sum(isinstance(o, SmolLMEngine) for o in gc.get_objects())  # other tests' shared engines
+    made: list[SmolLMEngine] = []  # the LLM engines this test makes (a gc count would see other tests' come and go)
+    init = SmolLMEngine.__init__
+
+    def counted_init(self: SmolLMEngine, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(SmolLMEngine, "__init__", counted_init)
     worker = Worker()
     for spec in [llm.engine_spec(settings), *mt.engine_specs(settings)]:  # as register_engines does
         worker.add(spec)
@@ -38,7 +45,7 @@ async def test_embedded_translates_into_spanish_on_the_one_loaded_llm() -> None:
                    for en, _ in SENTENCES]
         translator, model = await worker.load("mt"), await worker.load("llm")
         assert worker.host_of("mt") == "llm" and translator.chat is model  # one model object, one lane
-        assert sum(isinstance(o, SmolLMEngine) for o in gc.get_objects()) == models_before + 1
+        assert len(made) == 1, f"one LLM engine made, not {len(made)}"
         assert worker.stats()["mt"]["calls"] == len(SENTENCES) and worker.stats()["llm"]["calls"] == 0
     finally:
         await worker.close()

@@ -42,5 +42,5 @@ def to_vtt(cues: Iterable[Cue]) -> str:
 def to_srt(cues: Iterable[Cue]) -> str:
     lines: list[str] = []
     for i, cue in enumerate(cues, 1):
-        lines += [str(i), timing(cue.start_ms, cue.end_ms), _clean(cue.text), ""]
+        lines += [str(i), timing(cue.start_ms, cue.end_ms, ","), _clean(cue.text), ""]
     return "\n".join(lines)
