@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from aiohttp import web
 from multidict import MultiMapping
 
-XFF, FORWARDED = "x-forwarded-for", "forwarded"
-PROXY_HEADERS = (XFF, FORWARDED)  # the values of ``trusted_proxy_header``
+from rtc_agent.config.networks import XFF, parse_networks, parse_proxy_header
+
 #: headers that say a proxy handled the request (any of them makes it non-local, trusted or not)
 FORWARDING_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host", "Via")
 UNKNOWN = "unknown"  # the address of a peer that is no IP (a Unix socket)
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _FORWARDED_ELEMENT = re.compile(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+')  # one comma-separated element, quotes kept whole
@@ -93,24 +92,6 @@ def is_loopback_ip(text: str) -> bool:
     return address is not None and address.is_loopback
 
 
-def parse_networks(entries: Iterable[str]) -> tuple[Network, ...]:
-    """``trusted_proxies`` as networks (an address is its own /32 or /128). Raises :class:`ValueError` naming the
-    entry for one that is not an IP or CIDR, has host bits set, or trusts every address (``/0``)."""
-    networks: list[Network] = []
-    for entry in (part.strip() for item in entries for part in str(item).split(",")):
-        if not entry:
-            continue
-        try:
-            network = ipaddress.ip_network(entry, strict=True)
-        except ValueError as exc:
-            raise ValueError(f"trusted_proxies: {entry!r} is not an IP address or CIDR ({exc})") from None
-        if network.prefixlen == 0:
-            raise ValueError(f"trusted_proxies: {entry!r} trusts every address, so any client could set its own "
-                             "address; name the proxies' addresses")
-        networks.append(network)
-    return tuple(networks)
-
-
 def xff_chain(values: list[str]) -> list[str]:
     """The hops of ``X-Forwarded-For`` header lines, left to right (several lines are one list)."""
     return [hop.strip() for value in values for hop in value.split(",")]
@@ -145,9 +126,7 @@ class TrustedProxies:
 
     def __init__(self, entries: Iterable[str] = (), header: str = XFF) -> None:
         self.networks = parse_networks(entries)
-        header = header.strip().lower()
-        if header not in PROXY_HEADERS:
-            raise ValueError(f"trusted_proxy_header must be one of {', '.join(PROXY_HEADERS)}, not {header!r}")
+        header = parse_proxy_header(header)
         self.header = header
 
     def __bool__(self) -> bool:

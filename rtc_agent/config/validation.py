@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
-
+from rtc_agent.config.networks import parse_networks, parse_proxy_header
 from rtc_agent.config.replicas import validate_replicas
 from rtc_agent.config.settings import LLM_PRECISIONS, Settings, SettingsError
 
@@ -122,16 +121,6 @@ def validate(settings: Settings) -> None:
 
 def validate_proxies(settings: Settings) -> None:
     """``trusted_proxies``: IPs or CIDRs (no host bits, never ``/0``, which would let any client name its own
-    address); ``trusted_proxy_header``: ``x-forwarded-for`` or ``forwarded``."""
-    for entry in (p.strip() for e in settings.trusted_proxies for p in str(e).split(",")):
-        if not entry:
-            continue
-        try:
-            network = ipaddress.ip_network(entry, strict=True)
-        except ValueError as exc:
-            raise SettingsError(f"trusted_proxies: {entry!r} is not an IP address or CIDR ({exc})") from None
-        if network.prefixlen == 0:
-            raise SettingsError(f"trusted_proxies: {entry!r} trusts every address (any client could set its own); "
-                                "name the proxies' addresses")
-    if settings.trusted_proxy_header.strip().lower() not in ("x-forwarded-for", "forwarded"):
-        raise SettingsError("trusted_proxy_header must be x-forwarded-for or forwarded")
+    address); ``trusted_proxy_header``: ``x-forwarded-for`` or ``forwarded`` (:mod:`rtc_agent.config.networks`)."""
+    parse_networks(settings.trusted_proxies)
+    parse_proxy_header(settings.trusted_proxy_header)
