@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.daemons import run_daemon
+
 CHROMIUM = "/usr/bin/chromium"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -86,34 +88,21 @@ def serve(tmp_path: Path, *args: str, ready_timeout: float = 90.0) -> Iterator[S
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
     env.setdefault("PYTHONUNBUFFERED", "1")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rtc_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-            cwd=str(REPO_ROOT), env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode} before /health answered:\n{tail(log_path)}")
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError), urllib.request.urlopen(
-                f"{base}/health", timeout=2
-            ) as res:
-                if res.status == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"server did not answer /health within {ready_timeout} s:\n{tail(log_path)}")
-            time.sleep(0.25)
+    with run_daemon([sys.executable, "-m", "rtc_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
+                    log=log_path, cwd=REPO_ROOT, env=env, name="server", ready=lambda: _healthy(base),
+                    ready_timeout=ready_timeout, waiting_for="answer /health", log_text=lambda: tail(log_path),
+                    period_s=0.25, stop_timeout=10.0) as proc:
         yield Served(base, log_path, proc)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+
+
+def _healthy(base: str) -> bool:
+    """``GET /health`` answers 200."""
+    with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError), urllib.request.urlopen(
+        f"{base}/health", timeout=2
+    ) as res:
+        return res.status == 200
+    return False
 
 
 def chromium_args(audio_file: Path | None = None, video_file: Path | None = None) -> list[str]:
