@@ -60,20 +60,24 @@ def _ws_accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def run_janus(tmp_path: Path, ready_timeout: float = 20.0, *, with_api_secret: bool = True) -> Iterator[Janus]:
+def run_janus(tmp_path: Path, ready_timeout: float = 20.0, *, with_api_secret: bool = True,
+              again: Janus | None = None) -> Iterator[Janus]:
     """``janus -F DIR`` on free loopback ports, stopped afterwards; yields once its WebSocket API listens.
-    ``with_api_secret=False``: an open API (``api_secret`` ""), as browsers that talk to Janus directly need."""
+    ``with_api_secret=False``: an open API (``api_secret`` ""), as browsers that talk to Janus directly need.
+    ``again``: a Janus that was stopped, started again on its ports with its secret (a restart: nothing it knew)."""
     if not os.path.exists(JANUS):
         pytest.skip("janus is not installed")
     lib = janus_libdir()
     if lib is None:
         pytest.skip("no Janus plugin folder found")
-    ws_port, http_port = free_port(), free_port()
+    ws_port, http_port = (again.ws_port, again.http_port) if again is not None else (free_port(), free_port())
     folder = tmp_path / f"janus-{ws_port}"
     api_secret = "janus-test-" + secrets.token_hex(8) if with_api_secret else ""
+    if again is not None:
+        api_secret = again.api_secret
     write_config(folder, lib, ws_port=ws_port, http_port=http_port, api_secret=api_secret,
                  rtp_low=free_udp_block(RTP_PORTS), rtp_ports=RTP_PORTS, debug_level=4)
-    server = Janus(ws_port, http_port, api_secret, tmp_path / f"janus-{ws_port}.log")
+    server = Janus(ws_port, http_port, api_secret, tmp_path / f"janus-{ws_port}{'-again' if again else ''}.log")
     with run_daemon(janus_args(JANUS, folder), log=server.log, cwd=folder, ready=lambda: _ws_accepts(ws_port),
                     ready_timeout=ready_timeout, waiting_for="listen", log_text=server.log_text):
         yield server

@@ -8,8 +8,8 @@ import pytest
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.engines.asr.long_audio import DecodedWindow
-from rtc_agent.engines.asr.repetition import compression_ratio, is_looping, looping_run
-from rtc_agent.engines.asr.whisper import FALLBACK_TEMPERATURE, WhisperEngine
+from rtc_agent.engines.asr.repetition import MAX_CHARS_PER_S, compression_ratio, is_looping, looping_run
+from rtc_agent.engines.asr.whisper import WhisperEngine
 
 LOOPS = [
     "L.A.D.D.D.D.D.D.D.D",
@@ -45,6 +45,27 @@ def test_ordinary_speech_is_not_a_loop(text):
     assert not Transcript(text=text, compression_ratio=compression_ratio(text)).looks_repetitive
 
 
+FAST_LOOPS = [("calm calm calm calm", 0.6), ("I'm sorry, I'm sorry, I'm sorry,", 0.7), ("Thanks. Thanks. Thanks.", 0.5)]
+
+
+@pytest.mark.parametrize(("text", "audio_s"), FAST_LOOPS)
+def test_a_few_copies_faster_than_speech_are_a_loop(text, audio_s):
+    assert looping_run(text) is None  # too few copies for the usual rule
+    assert looping_run(text, audio_s) is not None and is_looping(text, audio_s)
+    t = Transcript(text=text, segments=[Segment(0.0, audio_s, " " + text)], audio_s=audio_s)
+    assert t.looks_repetitive
+    cut = t.without_loop()
+    assert not cut.looks_repetitive and len(cut.text.split()) <= 2
+
+
+@pytest.mark.parametrize("text", [*SPEECH, "no, no, no", "Thanks. Thanks. Thanks.", "calm calm calm calm"])
+def test_repeats_at_the_pace_of_speech_are_not_a_loop(text):
+    for chars_per_s in (10.0, 15.0, 0.9 * MAX_CHARS_PER_S):  # slow, usual and fast talkers
+        audio_s = max(len(text), 1) / chars_per_s
+        assert looping_run(text, audio_s) is None
+        assert not Transcript(text=text, compression_ratio=compression_ratio(text), audio_s=audio_s).looks_repetitive
+
+
 def test_short_loops_are_below_the_gzip_threshold():  # why the n-gram check exists
     assert compression_ratio("L.A.D.D.D.D.D.D.D.D") < 2.4
 
@@ -71,8 +92,8 @@ class ScriptedWhisper(WhisperEngine):
         self.answers = answers  # (seconds of audio, attempt) -> text; a missing attempt repeats the last one
         self.calls: list[tuple[float, list[TranscribeRequest]]] = []
 
-    def _decode(self, requests, temperature=0.0):
-        self.calls.append((temperature, list(requests)))
+    def _decode(self, requests):
+        self.calls.append((0.0, list(requests)))
         out = []
         for r in requests:
             seconds = round(r.duration_s)
@@ -89,28 +110,49 @@ def _request(seconds: int, **extra) -> TranscribeRequest:
     return TranscribeRequest(np.zeros(seconds * SAMPLE_RATE, dtype=np.float32), prompt="before", **extra)
 
 
-def test_a_short_window_loop_is_decoded_again_with_the_full_window_first():
+def test_a_loop_is_decoded_again_without_the_prompt_first():
     engine = ScriptedWhisper({(3, 0): "L.A.D.D.D.D.D.D.D.D", (3, 1): "Lad is here.", (5, 0): "Fine words."})
     out = engine.run_batch([_request(3), _request(5)])
     assert [t.text for t in out] == ["Lad is here.", "Fine words."]
-    assert len(engine.calls) == 2 and engine.calls[1][0] == 0.0
+    assert len(engine.calls) == 2
     (again,) = engine.calls[1][1]
-    assert again.full_window and again.prompt == "before"  # only the looping request, with the full window
+    assert again.prompt == "" and not again.full_window  # only the looping request, the same short window
 
 
-def test_a_loop_that_survives_the_full_window_is_sampled_without_the_prompt():
+def test_a_loop_that_survives_without_the_prompt_gets_the_full_window():
     engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 2): "Dee is here."})
     (out,) = engine.run_batch([_request(3)])
     assert out.text == "Dee is here." and not out.looks_repetitive
-    temperature, (sampled,) = engine.calls[-1]
-    assert temperature == FALLBACK_TEMPERATURE > 0 and sampled.prompt == "" and sampled.full_window
+    (last,) = engine.calls[-1][1]
+    assert last.prompt == "" and last.full_window and len(engine.calls) == 3
+
+
+def test_a_full_window_request_without_a_prompt_is_cut_at_once():
+    engine = ScriptedWhisper({(4, 0): "Thank you. " * 6})
+    (out,) = engine.run_batch([TranscribeRequest(np.zeros(4 * SAMPLE_RATE, dtype=np.float32), full_window=True)])
+    assert len(engine.calls) == 1 and out.text == "Thank you."
+
+
+def test_a_fast_loop_in_a_short_final_is_cut_to_one_copy():
+    engine = ScriptedWhisper({(1, 0): "calm calm calm calm"})
+    short = TranscribeRequest(np.zeros(int(0.6 * SAMPLE_RATE), dtype=np.float32), prompt="before", beam_size=5)
+    (out,) = engine.run_batch([short])
+    assert out.text == "calm" and len(engine.calls) == 2  # the cut covers 0.6 s: no full-window decode
+
+
+def test_a_loop_after_the_speech_is_cut_without_the_full_window():
+    said = "The library closes early on Fridays during the winter."
+    engine = ScriptedWhisper({(3, 0): said + " winter" * 12})
+    (out,) = engine.run_batch([_request(3, beam_size=5)])
+    assert out.text.startswith(said) and not out.looks_repetitive and len(out.text) <= len(said) + len(" winter")
+    assert len(engine.calls) == 2 and not any(r.full_window for _, batch in engine.calls for r in batch)
 
 
 def test_the_fallback_is_bounded_and_a_loop_that_stays_is_cut():
     for loop in LOOPS:
         engine = ScriptedWhisper({(4, 0): loop, (6, 0): "Nothing wrong here."})
         out = engine.run_batch([_request(4), _request(6, full_window=True)])
-        assert len(engine.calls) <= 3  # short window, full window, sampled: never more
+        assert len(engine.calls) <= 3  # the window, again without the prompt, the full window: never more
         assert sum(1 for _, batch in engine.calls for r in batch if round(r.duration_s) == 6) == 1
         assert not out[0].looks_repetitive and len(out[0].text) < len(loop.strip())
         assert out[1].text == "Nothing wrong here."
@@ -125,8 +167,8 @@ def test_long_audio_windows_each_get_the_guard():
 
 
 def test_each_batch_leaves_a_service_sample_for_the_running_speed():
-    engine = ScriptedWhisper({(4, 0): "Fine words.", (8, 0): "More fine words."})
-    engine.run_batch([_request(4), _request(8, beam_size=5)])
+    engine = ScriptedWhisper({(4, 0): "Fine words.", (8, 0): "More fine words.", (6, 0): "Six."})
+    engine.run_batch([_request(4), _request(8, beam_size=5), _request(6, beam_size=3)])
     (sample,), cursor = engine.service_log.since(0)
     assert cursor == 1 and sample.seconds >= 0
-    assert [(shape, round(size)) for shape, size in sample.items] == [("partial", 4), ("final", 8)]
+    assert [(shape, round(size)) for shape, size in sample.items] == [("partial", 4), ("final", 8), ("final:3", 6)]

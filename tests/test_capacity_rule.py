@@ -162,6 +162,10 @@ def test_asr_expectation_follows_the_probe_shapes():
     assert 2 * figures["partial_batch_s"] < two < 2 * figures["partial_s"]
     final = ServiceSample((("final", 16.0),), 1.0)
     assert asr_expected_s(figures, final) == pytest.approx(2 * figures["final_s"])
+    # a smaller beam (the decode plan's) is predicted between the greedy and the beam-5 cost
+    greedy_8s = min(figures["final_s"], 2 * figures["partial_s"])
+    beam3 = asr_expected_s(figures, ServiceSample((("final:3", 8.0),), 1.0))
+    assert beam3 == pytest.approx((greedy_8s + figures["final_s"]) / 2) and greedy_8s < beam3 < figures["final_s"]
     mixed = ServiceSample((("final", 8.0), ("partial", 4.0)), 1.0)
     assert asr_expected_s(figures, mixed) == pytest.approx(figures["final_s"] + figures["partial_s"])
     for odd in ((("partial", 0.4),), (("final", 28.0),), (("speech", 4.0),), ()):

@@ -54,7 +54,21 @@ async def test_spoken_sentences_become_final_captions(server):
         text = " ".join(e["text"] for e in finals)
         assert wer(" ".join(SENTENCES), text) <= 0.15, text
         assert len(finals) >= len(SENTENCES)
-        assert len(partials) >= 2 * len(SENTENCES), (await peer.session_info())["app_stats"]
+        # Partials: how many depends on how fast decodes come back (the interval stretches under load and with the
+        # decode plan), so no count; every sentence long enough shows at least one before its final, and the
+        # last one before a final is on its way to it (most of its words are the final's, over all sentences).
+        stats = (await peer.session_info())["app_stats"]
+        found = total = 0
+        for index, final in enumerate(peer.events):
+            if final["type"] != "caption.final" or final["audio_end_ms"] - final["audio_start_ms"] < 2000:
+                continue
+            before = [p for p in peer.events[:index]
+                      if p["type"] == "caption.partial" and p["segment_id"] == final["segment_id"]]
+            assert before, (final, stats)
+            words = normalize_text(f"{before[-1]['committed']} {before[-1]['tentative']}").split()
+            found += sum(1 for w in words if w in set(normalize_text(final["text"]).split()))
+            total += len(words)
+        assert total and found >= 0.6 * total, (found, total, partials, finals)
         # committed text of a segment never changes once sent
         by_segment: dict[str, list[str]] = {}
         for p in partials:

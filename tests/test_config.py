@@ -46,12 +46,24 @@ def test_precedence_file_env_flags(tmp_path):
     ("llm_precision = 'fp8'\n", "llm_precision must be one of auto, float32"),
     ("captions_context_s = 60\n", "captions_context_s must be 0-20"),
     ("captions_final_budget_ms = 0\n", "captions_final_budget_ms 100-10000"),
+    ("sfu_url = 'ftp://janus'\n", "sfu_url must be a Janus API URL"),
+    ("sfu_url = 'http://127.0.0.1:8088/janus'\n", "needs sfu_public_url"),
+    ("sfu_public_url = 'https://janus.example.org/janus'\n", "sfu_public_url must be a Janus WebSocket"),
+    ("sfu_poll_timeout_s = 30\n", "sfu_poll_timeout_s 31-600"),
+    ("sfu_reconnect_max_delay_s = 0.5\n", "sfu_reconnect_max_delay_s from"),
 ])
 def test_bad_settings_are_named(tmp_path, text, message):
     config = tmp_path / "bad.toml"
     config.write_text(text)
     with pytest.raises(SettingsError, match=message):
         load_settings(config, env={})
+
+
+def test_an_http_sfu_url_with_the_browsers_websocket_url(tmp_path):
+    config = tmp_path / "sfu.toml"
+    config.write_text("sfu_url = 'http://127.0.0.1:8088/janus'\nsfu_public_url = 'wss://janus.example.org/ws'\n")
+    s = load_settings(config, env={})
+    assert s.sfu_url.startswith("http://") and (s.sfu_poll_timeout_s, s.sfu_reconnect_attempts) == (45.0, 8)
 
 
 def test_bad_environment_value():

@@ -326,3 +326,39 @@ async def test_listeners_do_not_use_up_the_call_capacity(start_server, janus: Ja
     finally:
         for peer in peers:
             await peer.close()
+
+
+async def test_a_listener_session_runs_no_captions_pipeline(start_server, janus: Janus) -> None:
+    asr = ScriptedASR(lambda request: SAID)
+
+    def worker_with(_settings: Any) -> Worker:
+        worker = Worker()
+        register(worker, "vad", ScriptedVAD(loud_above(0.05)), max_queue=256)
+        register(worker, "asr", asr)
+        return worker
+
+    server = await start_server(make_worker=worker_with, sfu_url=janus.ws_url, sfu_api_secret=janus.api_secret)
+    config = {"room": "quiet", "mode": "sfu", "language": "en"}
+    speaker = ClientPeer(server.url, "call", receive_audio=False, config={**config, "name": "Ana"})
+    # a listener whose session even carries loud audio up: none of it is transcribed
+    listener = ClientPeer(server.url, "call", receive_audio=False, audio=PcmSourceTrack(bursts(), 48000),
+                          config={**config, "name": "Lis", "role": "listener"})
+    try:
+        await speaker.connect()
+        await speaker.wait_for("room.joined", timeout=DEADLINE_S)
+        await listener.connect()
+        created = await listener.wait_for("session.created", timeout=DEADLINE_S)
+        await listener.wait_for("room.joined", timeout=DEADLINE_S)
+        assert created["session"]["engines"] == {}
+        info = await until_async(lambda: _received_at_least(listener, 3000), "3 s of the listener's audio received")
+        assert info["engines"] == {} and info["app_stats"]["captions"] is None
+        assert (await speaker.session_info())["app_stats"]["captions"] is not None  # a speaker has its pipeline
+        assert asr.requests == []
+    finally:
+        await listener.close()
+        await speaker.close()
+
+
+async def _received_at_least(peer: ClientPeer, ms: int) -> dict[str, Any] | None:
+    info = await peer.session_info()
+    return info if info["audio"]["received_ms"] >= ms else None

@@ -1,4 +1,4 @@
-"""``rtc-agent bench call --sfu --listeners N --sfu-languages es,de,fr``: an interpreted webinar through Janus.
+"""``rtc-agent bench call --sfu --listeners N --sfu-languages es,de,it``: an interpreted webinar through Janus.
 
 A real server process (every engine loaded) with ``sfu_url`` pointing at a Janus (``--sfu-url``, or one this
 benchmark starts: :mod:`rtc_agent.bench.janus_local`). One speaker (English, espeak-ng) holds its call session
@@ -12,7 +12,9 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
   received from its feed (at least 200 ms of non-silent frames), waiting up to ``DELIVERY_WAIT_S`` after the CPU
   window for what is still on its way;
 - interpretation lag: ``lag_ms`` of each ``caption.translation`` (server side: from the end of the translated
-  speech on the speaker's clock to its emission), p50 / p90.
+  speech on the speaker's clock to its emission), p50 / p90;
+- ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to
+  within ``FEEDS_TIMEOUT_S`` (a language without a voice gets none).
 
 The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was.
 """
@@ -129,12 +131,29 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
     captions = sum(1 for peer in listeners if any(e["type"] == "caption.final" and (e.get("speaker") or {}).get(
         "participant_id") == speaker_id for e in peer.events))
     translated = sum(1 for peer in listeners if _translated(peer))
+    subscribed = {lang for lang in languages if lang in feeds}
     return {"listeners": n, "languages": languages, "interpreter_feeds": sorted(feeds),
+            "by_language": _by_language(listeners, heard, subscribed),
             "server_cpu_s": round(cpu, 2), "server_cpu_cores_used": round(cpu / wall, 3),
             "listeners_with_captions": captions, "listeners_with_translations": translated,
             "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
             "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
                                       "count": len(lags)}}
+
+
+def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[str]) -> dict[str, Any]:
+    """Per listen language: its listeners, whether it had an interpreter feed to subscribe to, how many got a
+    translation and heard the feed, and the lag of its translations (p50 / p90 / count)."""
+    out: dict[str, Any] = {}
+    for lang in sorted({peer.config["listen_language"] for peer in listeners}):
+        mine = [i for i, peer in enumerate(listeners) if peer.config["listen_language"] == lang]
+        lags = [e["lag_ms"] / 1000 for i in mine for e in listeners[i].events
+                if e["type"] == "caption.translation" and e.get("language") == lang and e.get("lag_ms") is not None]
+        out[lang] = {"listeners": len(mine), "feed": lang in subscribed,
+                     "with_translations": sum(1 for i in mine if _translated(listeners[i])),
+                     "hearing_interpretation": sum(1 for i in mine if heard[i] >= HEARD_FRAMES),
+                     "lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)}}
+    return out
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,7 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sfu", action="store_true", help="an interpreted webinar through Janus (one speaker, "
                                                            "--listeners aiortc listeners)")
     parser.add_argument("--listeners", type=int, default=30, help="with --sfu: listeners of the larger room")
-    parser.add_argument("--sfu-languages", default="es,de,fr", help="with --sfu: the listeners' languages")
+    parser.add_argument("--sfu-languages", default="es,de,it",
+                        help="with --sfu: the listeners' languages (each with a voice here: French is text only)")
     parser.add_argument("--sfu-url", default="", help="with --sfu: a Janus WebSocket API (default: start one)")
     parser.add_argument("--sfu-api-secret", default="", help="with --sfu and --sfu-url: its api_secret")
     parser.add_argument("--sfu-note", default="", help="with --sfu: a note stored in the JSON")

@@ -66,6 +66,9 @@ async def stream_sessions(base_url: str, pcm48: np.ndarray, sessions: int, langu
     refused = sum(1 for r in results if isinstance(r, SessionRefused) and r.status == 503)
     failed = [r for r in results if isinstance(r, BaseException) and not (isinstance(r, SessionRefused)
                                                                           and r.status == 503)]
+    # a refused peer still holds its HTTP session and peer connection
+    await asyncio.gather(*(p.close(delete=False) for p, r in zip(peers, results, strict=True)
+                           if isinstance(r, BaseException)), return_exceptions=True)
     peers = [p for p, r in zip(peers, results, strict=True) if not isinstance(r, BaseException)]
     if failed:
         await asyncio.gather(*(p.close() for p in peers), return_exceptions=True)

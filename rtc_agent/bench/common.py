@@ -157,12 +157,16 @@ async def _wait_loaded(server: ServerProcess, names: list[str], timeout_s: float
         if server.process.returncode is not None:
             raise RuntimeError(f"the server exited with status {server.process.returncode} while starting")
         try:
-            engines = (await server.health())["engines"]
+            health = await server.health()
+            engines = health["engines"]
             failed = [f"{n} ({engines[n]['progress']})" for n in names
                       if str(engines.get(n, {}).get("progress", "")).startswith("load failed")]
             if failed:
                 raise RuntimeError(f"engines failed to load: {'; '.join(failed)}")
-            if all(engines.get(n, {}).get("loaded") for n in names):
+            # and the start-up speed probes done: a probe that shares the cores with the first session measures
+            # the session too, and the capacity and decode plan would start from those slower figures
+            if all(engines.get(n, {}).get("loaded") for n in names) and not (health.get("capacity") or {}).get(
+                    "pending"):
                 return
         except OSError:
             pass  # not listening yet

@@ -43,6 +43,17 @@ class EngineSettings:
         4.0, "A caption utterance at least this long (seconds) that pauses briefly and goes on gets its final for "
              "the part before the pause (decoded at the pause), once that part is also longer than the final budget "
              "can decode, so the final at its end decodes only the rest (0: never split at pauses).", "engines")
+    captions_final_beam: int = _opt(
+        0, "Beam of a caption's final decode (1: greedy; 1-10). 0: derived from this machine's measured speed (beam "
+           "5 where the beam-5 final of a 3 s utterance fits captions_final_budget_ms, smaller down to greedy where "
+           "it does not and a smaller beam is faster; 5 until measured).", "engines")
+    captions_partial_interval_ms: int = _opt(
+        0, "Audio between a caption's partial decodes, in ms (100-10000). 0: derived from the measured speed and the "
+           "sessions running (400 where partials take a small share of the machine, longer on a slow or busy one, "
+           "up to captions_max_partial_interval_ms; 400 until measured).", "engines")
+    captions_max_partial_interval_ms: int = _opt(
+        1200, "The longest derived partial interval, in ms (400-10000): how rarely a slow or busy machine updates a "
+              "caption while the speaker talks, so its finals stay on time.", "engines")
     asr_api_key: str = _opt("", "API key for the remote ASR server.", "engines", secret=True)
     vad_threshold: float = _opt(0.5, "Speech probability above which Silero VAD starts speech.", "engines")
     vad_min_silence_ms: int = _opt(250, "Silence that ends an utterance, in ms.", "engines")
@@ -105,6 +116,9 @@ class EngineSettings:
     mt_max_chars: int = _opt(2000, "Longest text one translation request may hold (text_too_long above).", "limits")
     mt_timeout_s: float = _opt(30.0, "Most seconds a remote text translation may stay silent.", "engines")
     mt_beam: int = _opt(2, "Beam size of the CTranslate2 text translation model (1 = greedy, fastest).", "engines")
+    mt_max_batch: int = _opt(4, "Most translations the embedded text translator decodes together (1-16): "
+                                "requests waiting at once, e.g. one caption final into each listener language, "
+                                "share one forward pass per token (1 = one at a time).", "limits")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "

@@ -225,14 +225,28 @@ class ServiceSettings:
                                 "browser may start using them; relays already allocated keep running.", "ice")
     ice_transport_policy: str = _opt("all", "ICE transport policy for browsers: all or relay.", "ice")
     sfu_url: str = _opt("", "How rtc-agent reaches the Janus SFU for rooms past a mesh: its WebSocket API, e.g. "
-                            "ws://127.0.0.1:8188 (empty = no SFU: rooms are browser-to-browser meshes only).", "sfu")
-    sfu_public_url: str = _opt("", "The Janus API URL browsers use to reach the SFU (default: sfu_url).", "sfu")
+                            "ws://127.0.0.1:8188, or its HTTP API (long poll), e.g. http://127.0.0.1:8088/janus "
+                            "(empty = no SFU: rooms are browser-to-browser meshes only).", "sfu")
+    sfu_public_url: str = _opt("", "The Janus WebSocket API URL browsers use to reach the SFU (default: sfu_url; "
+                                   "needed when sfu_url is HTTP).", "sfu")
     sfu_api_secret: str = _opt("", "Janus's api_secret, when it has one; never sent to browsers or logged.", "sfu",
                                secret=True)
     sfu_max_listeners: int = _opt(300, "Most listeners (role listener: no media, a count on the page) in one SFU "
                                        "room; one more gets 409 room_full.", "sfu")
     sfu_max_speakers: int = _opt(16, "Most speakers (publishers of audio and video) in one SFU room; one more gets "
                                      "409 room_full.", "sfu")
+    sfu_request_timeout_s: float = _opt(10.0, "Longest wait for Janus to be reached or to answer one request "
+                                              "(1-120 s).", "sfu")
+    sfu_poll_timeout_s: float = _opt(45.0, "HTTP sfu_url only: longest wait for one long poll of events; Janus holds "
+                                           "a poll 30 s when it has nothing to say, so this must be above 30 "
+                                           "(31-600 s). A poll past it counts as the connection lost.", "sfu")
+    sfu_reconnect_attempts: int = _opt(8, "When a room's connection to Janus drops, how many times rtc-agent "
+                                          "reconnects (re-creating the room, re-subscribing, re-publishing) before "
+                                          "the room goes on without SFU audio (0 = never; 0-100).", "sfu")
+    sfu_reconnect_delay_s: float = _opt(1.0, "Wait before the first reconnect to Janus, doubled after each failed "
+                                             "attempt up to sfu_reconnect_max_delay_s (0.1-60 s).", "sfu")
+    sfu_reconnect_max_delay_s: float = _opt(15.0, "Longest wait between two reconnects to Janus "
+                                                  "(sfu_reconnect_delay_s-300 s).", "sfu")
     audio_jitter_frames: int = _opt(0, "Audio frames (20 ms) a receiver waits for after each one before decoding "
                                        "it (aiortc's default is 4: 80 ms). 0 decodes each packet as it arrives "
                                        "and drops reordered ones: the fastest VAD; more tolerates reordering.",

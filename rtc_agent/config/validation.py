@@ -34,10 +34,22 @@ def validate(settings: Settings) -> None:
         raise SettingsError("ice_transport_policy must be 'all' or 'relay'")
     if not 60 <= settings.turn_ttl_s <= 86400:
         raise SettingsError(f"turn_ttl_s must be 60-86400 seconds, got {settings.turn_ttl_s}")
-    if settings.sfu_url and not settings.sfu_url.startswith(("ws://", "wss://")):
-        raise SettingsError("sfu_url must be a Janus WebSocket API URL (ws:// or wss://) or empty")
+    if settings.sfu_url and not settings.sfu_url.lower().startswith(("ws://", "wss://", "http://", "https://")):
+        raise SettingsError("sfu_url must be a Janus API URL (ws://, wss://, http:// or https://) or empty")
+    if settings.sfu_public_url and not settings.sfu_public_url.lower().startswith(("ws://", "wss://")):
+        raise SettingsError("sfu_public_url must be a Janus WebSocket API URL (ws:// or wss://): the pages speak no "
+                            "other")
+    if settings.sfu_url.lower().startswith(("http://", "https://")) and not settings.sfu_public_url:
+        raise SettingsError("an HTTP sfu_url needs sfu_public_url: the Janus WebSocket API URL browsers use")
     if not 0 <= settings.sfu_max_listeners <= 10000 or not 1 <= settings.sfu_max_speakers <= 64:
         raise SettingsError("sfu_max_listeners must be 0-10000 and sfu_max_speakers 1-64")
+    if not 1 <= settings.sfu_request_timeout_s <= 120 or not 31 <= settings.sfu_poll_timeout_s <= 600:
+        raise SettingsError("sfu_request_timeout_s must be 1-120 and sfu_poll_timeout_s 31-600 (above Janus's 30 s "
+                            "long poll)")
+    if not 0 <= settings.sfu_reconnect_attempts <= 100 or not 0.1 <= settings.sfu_reconnect_delay_s <= 60 \
+            or not settings.sfu_reconnect_delay_s <= settings.sfu_reconnect_max_delay_s <= 300:
+        raise SettingsError("sfu_reconnect_attempts must be 0-100, sfu_reconnect_delay_s 0.1-60 and "
+                            "sfu_reconnect_max_delay_s from sfu_reconnect_delay_s to 300")
     if not 0 <= settings.audio_jitter_frames <= 4:
         raise SettingsError("audio_jitter_frames must be 0-4")
     if settings.video_fps <= 0 or settings.video_max_edge < 16:
@@ -48,6 +60,12 @@ def validate(settings: Settings) -> None:
         raise SettingsError("captions_context_s must be 0-20 and captions_final_budget_ms 100-10000")
     if not 0 <= settings.captions_split_min_s <= 30:
         raise SettingsError("captions_split_min_s must be 0-30 (0: never split at pauses)")
+    if not 0 <= settings.captions_final_beam <= 10:
+        raise SettingsError("captions_final_beam must be 0-10 (0: derived from the measured speed, 1: greedy)")
+    if settings.captions_partial_interval_ms != 0 and not 100 <= settings.captions_partial_interval_ms <= 10_000:
+        raise SettingsError("captions_partial_interval_ms must be 0 (derived) or 100-10000")
+    if not 400 <= settings.captions_max_partial_interval_ms <= 10_000:
+        raise SettingsError("captions_max_partial_interval_ms must be 400-10000")
     if settings.connect_timeout_s <= 0 or settings.connect_grace_s < 0 or settings.shutdown_timeout_s <= 0 \
             or settings.final_drain_s < 0:
         raise SettingsError("connect_timeout_s and shutdown_timeout_s must be > 0; connect_grace_s and "
@@ -105,6 +123,8 @@ def validate(settings: Settings) -> None:
     if not 1 <= settings.mt_max_chars <= 100_000 or not 1 <= settings.mt_timeout_s <= 600 \
             or not 1 <= settings.mt_beam <= 16:
         raise SettingsError("mt_max_chars must be 1-100000, mt_timeout_s 1-600 seconds and mt_beam 1-16")
+    if not isinstance(settings.mt_max_batch, int) or not 1 <= settings.mt_max_batch <= 16:
+        raise SettingsError("mt_max_batch must be 1-16")
     if settings.tts_multilingual not in ("auto", "kokoro", "off") or not 0 <= settings.kokoro_threads <= 64:
         raise SettingsError("tts_multilingual must be auto, kokoro or off, and kokoro_threads 0-64")
     for name in ("tts_voices", "kokoro_voices"):  # the voice names are checked by engines/tts/languages.py

@@ -36,6 +36,7 @@ import numpy as np
 from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest
 from rtc_agent.engines.llm.messages import ChatRequest
 from rtc_agent.engines.tts.base import SynthesisRequest
+from rtc_agent.worker.decode_plan import final_seconds
 from rtc_agent.worker.speed import Expectation, ProbeResult, ServiceSample
 
 Call = Callable[[Any], Awaitable[Any]]
@@ -181,7 +182,9 @@ def embedded_probes(settings: Any, loaded_call: Callable[[str], Call | None]
 def asr_expected_s(figures: Mapping[str, float], sample: ServiceSample) -> float | None:
     """The seconds ``figures`` (the ASR probe's) predict for the batch of ``sample``: each ``partial`` (greedy)
     request at the per-request cost of a batch of that many partials (``partial_s`` alone, ``partial_batch_s``
-    from ``PARTIAL_BATCH`` on, linear between), each ``final`` (beam) request at ``final_s``, both scaled by the
+    from ``PARTIAL_BATCH`` on, linear between), each ``final`` (beam ``FINAL_BEAM``) request at ``final_s`` and each
+    ``final:<beam>`` one between the greedy and the beam-5 cost
+    (:func:`~rtc_agent.worker.decode_plan.final_seconds`), all scaled by the
     request's audio over the probe's. None when a request's audio is outside ``SIZE_BAND`` of its shape's, a shape
     is unknown or the figures lack it: the batch says nothing reliable then."""
     partials = sum(1 for shape, _ in sample.items if shape == "partial")
@@ -192,8 +195,9 @@ def asr_expected_s(figures: Mapping[str, float], sample: ServiceSample) -> float
             reference = PARTIAL_AUDIO_S
             share = min(1.0, (partials - 1) / (PARTIAL_BATCH - 1))
             cost = alone + share * (batched - alone)
-        elif shape == "final" and figures.get("final_s") is not None:
-            reference, cost = FINAL_AUDIO_S, figures["final_s"]
+        elif shape.partition(":")[0] == "final" and figures.get("final_s") is not None:
+            beam = int(shape.partition(":")[2] or FINAL_BEAM)
+            reference, cost = FINAL_AUDIO_S, final_seconds(figures, beam, FINAL_AUDIO_S) or figures["final_s"]
         else:
             return None
         if not reference / SIZE_BAND <= seconds <= reference * SIZE_BAND:

@@ -8,7 +8,10 @@
 that moves the figures with the engines' measured speed while sessions run (``capacity_running_window``,
 ``capacity_running_recovery``; expectations from :mod:`rtc_agent.engines.speed_probes`). It starts both with the
 application and stops them at shutdown. ``/health`` and the pages' capabilities publish
-``app[CAPACITY].snapshot()``.
+``app[CAPACITY].snapshot()``. The same book drives the captions' decode plan
+(:class:`~rtc_agent.worker.decode_plan.DecodePlanner`: the final's beam and the partial interval, settings
+``captions_final_beam``, ``captions_partial_interval_ms``, ``captions_max_partial_interval_ms``), which the apps
+read through ``worker.decode_plans`` and the snapshot shows per transcribing app (``plan``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from aiohttp import web
 
 from rtc_agent.engines.speed_probes import embedded_expectations, embedded_probes
 from rtc_agent.worker.capacity import CapacityPlanner, parse_overrides
+from rtc_agent.worker.decode_plan import DecodePlanner
 from rtc_agent.worker.speed import RUNNING_POLL_S, RunningSpeed, SpeedBook, SpeedProbe
 
 CAPACITY = web.AppKey("capacity", CapacityPlanner)
@@ -56,6 +60,9 @@ def machine_capacity(app: web.Application, settings: Any, worker: Any, registry:
                               running=lambda name: running_sessions(registry, name))
     running = RunningSpeed(worker, book, embedded_expectations(settings) if settings.capacity_running else {},
                            busy=lambda: bool(registry.active), poll_s=RUNNING_POLL_S)
+    plans = DecodePlanner.from_settings(book, settings, running=lambda name: running_sessions(registry, name))
+    planner.decode_plans = plans
+    worker.decode_plans = plans
     app[CAPACITY] = planner
     app[SPEED_PROBE] = probe
     app[RUNNING_SPEED] = running
@@ -74,10 +81,11 @@ def machine_capacity(app: web.Application, settings: Any, worker: Any, registry:
 
 
 def capacity_summary(app: web.Application) -> dict[str, Any] | None:
-    """Per app what the pages show: ``{app: {sessions, running, source}}`` (None without a planner)."""
+    """Per app what the pages show: ``{app: {sessions, running, source, enforced}}``, and for the transcribing
+    apps their decode ``plan`` (None without a planner)."""
     planner = app.get(CAPACITY)
     if planner is None:
         return None
     return {name: {"sessions": entry["sessions"], "running": entry["running"], "source": entry["source"],
-                   "enforced": entry["enforced"]}
+                   "enforced": entry["enforced"], **({"plan": entry["plan"]} if "plan" in entry else {})}
             for name, entry in planner.snapshot()["apps"].items()}

@@ -17,7 +17,10 @@ the probe's ``figures`` (seconds per unit; ``note`` says what the probe ran, e.g
 input), the ``slowdown`` measured under load and the ``running_figures`` the rule uses (``source`` ``running``
 once enough batches were measured, else ``probe``), ``pending`` and ``failed`` engines, and per app ``sessions``
 (the limit; null while unmeasured), ``probe_sessions`` (what the start-up probe alone gives), ``running``,
-``source`` (``measured``, ``override`` or ``unmeasured``), ``enforced``, ``share`` and ``demand``.
+``source`` (``measured``, ``override`` or ``unmeasured``), ``enforced``, ``share`` and ``demand``; ``captions`` and
+``call`` also ``plan``, the decode plan their transcribers use now (:mod:`rtc_agent.worker.decode_plan`:
+``final_beam``, ``partial_interval_ms``, ``source`` ``measured``, ``setting`` or ``default``, per value ``sources``,
+and the ``talkers``, predicted ``final_s`` and ASR ``load`` behind them).
 
 ``state`` is the state store: ``store`` (its kind) and ``url`` (secrets masked), and ``meetings``, how the writes of
 meetings and transcripts to it fare (:meth:`~rtc_agent.apps.call.store_journal.StoreJournal.stats`: ``ok`` false

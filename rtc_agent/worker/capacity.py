@@ -182,6 +182,9 @@ class CapacityPlanner:
         self.overrides = dict(overrides or {})
         self.enabled = enabled
         self.running = running
+        #: the captions' decode plan (:class:`~rtc_agent.worker.decode_plan.DecodePlanner`), published per
+        #: transcribing app in :meth:`snapshot` when set
+        self.decode_plans: Any = None
         self._cache: tuple[int, dict[str, AppCapacity], dict[str, AppCapacity]] | None = None
 
     def apps(self) -> dict[str, AppCapacity]:
@@ -216,13 +219,18 @@ class CapacityPlanner:
         """JSON-able, for ``/health`` and the pages: ``enabled``, ``safety``, the speed figures (``engines``: per
         engine the probe's ``figures``, the ``slowdown`` measured under load and the ``running_figures`` the rule
         uses; ``pending``, ``failed``) and per app its capacity with ``probe_sessions`` (what the probe alone
-        gives), ``running`` (sessions now) and ``enforced`` (admission refuses past ``sessions``)."""
+        gives), ``running`` (sessions now) and ``enforced`` (admission refuses past ``sessions``); ``captions``
+        and ``call`` also their ``plan`` (the final's beam and the partial interval their transcribers use now,
+        :meth:`~rtc_agent.worker.decode_plan.DecodePlanner.snapshot`) when a decode planner is set."""
         apps: dict[str, Any] = {}
         probe_apps = self.probe_apps()
+        plan = self.decode_plans.snapshot() if self.decode_plans is not None else None
         for app, cap in self.apps().items():
             entry = cap.as_dict()
             entry["probe_sessions"] = probe_apps[app].sessions
             entry["running"] = self.running(app)
             entry["enforced"] = self.enabled and cap.sessions is not None
+            if plan is not None and app in ("captions", "call"):
+                entry["plan"] = plan
             apps[app] = entry
         return {"enabled": self.enabled, "safety": self.safety, **self.book.snapshot(), "apps": apps}

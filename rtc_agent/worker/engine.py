@@ -64,8 +64,10 @@ class EngineSpec:
       engine and its priority hooks. ``adapt(host)`` makes this engine from the host's loaded engine, once, on the
       event loop (a thin wrapper: it must not load or block); ``max_queue`` bounds this engine's share of the
       host's queue; with ``urgent`` its requests are taken before the host's own waiting requests (never
-      interrupting a running batch). When no engine of that name is registered, the spec gets a lane of its own
-      from ``factory`` like any other (``adapt`` unused), so a worker with only this engine still serves it.
+      interrupting a running batch); its ``max_batch`` and ``batch_window_ms`` bound the batches of its own
+      requests (a batch on a shared lane holds one engine's requests). When no engine of that name is registered,
+      the spec gets a lane of its own from ``factory`` like any other (``adapt`` unused), so a worker with only
+      this engine still serves it.
     """
 
     name: str

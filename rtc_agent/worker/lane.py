@@ -3,7 +3,8 @@ running in its thread pool, and its counters. See :mod:`rtc_agent.worker.worker`
 
 Engines registered with ``EngineSpec.shares`` run on the lane of the engine they name (:meth:`EngineLane.add_view`):
 their requests wait in the same queue (urgent ones first) and run in the same threads on the same loaded model,
-each batch holding the requests of one engine only; their counters are their own
+each batch holding the requests of one engine only (a batch that starts with a view's request takes up to that
+view's ``max_batch`` of its requests, within its ``batch_window_ms``); their counters are their own
 (:class:`~rtc_agent.worker.views.EngineView`)."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rtc_agent.worker.failures import closed_error, engine_failure
 from rtc_agent.worker.leases import EngineLeases
 from rtc_agent.worker.loader import EngineLoader
 from rtc_agent.worker.priority import PriorityGate
-from rtc_agent.worker.request_queue import PendingRequest, RequestQueue
+from rtc_agent.worker.request_queue import ANY, PendingRequest, RequestQueue
 from rtc_agent.worker.views import EngineView, hooks_of, stats_row
 
 logger = logging.getLogger("rtc_agent.worker")
@@ -198,20 +199,21 @@ class EngineLane:
     async def _collect(self, batch: list[PendingRequest]) -> None:
         """Fill ``batch`` (in place, so a cancelled dispatcher still sees what it took) and make sure the
         engine is loaded. A failed load fails the batch and everything queued behind it."""
-        spec = self.spec
         first = await self.queue.get()
         assert first is not None
         batch.append(first)
+        # a request of an engine sharing the lane is batched with that engine's own (its max_batch and window)
+        spec, view = (self.spec, ANY) if first.view is None else (self.views[first.view].spec, first.view)
         if spec.max_batch > 1:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + spec.batch_window_ms / 1000.0
             while len(batch) < spec.max_batch:
-                nxt = self.queue.get_nowait()
+                nxt = self.queue.get_nowait(view)
                 if nxt is None:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
-                    nxt = await self.queue.get(remaining)
+                    nxt = await self.queue.get(remaining, view)
                     if nxt is None:
                         break
                 batch.append(nxt)

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+#: ``view`` of :meth:`RequestQueue.get` that takes a request of any engine on the lane
+ANY: Any = object()
+
 
 @dataclass(slots=True)
 class PendingRequest:
@@ -70,22 +73,38 @@ class RequestQueue:
             self._waiter.set_result(None)
         return True
 
-    def get_nowait(self) -> PendingRequest | None:
-        """The oldest live urgent request, else the oldest live other one, or None."""
+    def get_nowait(self, view: Any = ANY) -> PendingRequest | None:
+        """The oldest live urgent request, else the oldest live other one, or None. With ``view`` (an engine
+        sharing the lane, or None for the lane's own): the oldest live one of that engine, the others staying
+        where they are."""
         for items in (self._urgent, self._items):
+            if view is not ANY:
+                self._drop_done(items)
+                for index, pending in enumerate(items):
+                    if pending.view == view:
+                        del items[index]
+                        return pending
+                continue
             while items:
                 pending = items.popleft()
                 if not pending.future.done():
                     return pending
         return None
 
-    async def get(self, timeout: float | None = None) -> PendingRequest | None:
-        """The next live request (see :meth:`get_nowait`), waiting up to ``timeout`` seconds (forever if None);
-        None on timeout."""
+    @staticmethod
+    def _drop_done(items: deque[PendingRequest]) -> None:
+        if any(p.future.done() for p in items):
+            live = [p for p in items if not p.future.done()]
+            items.clear()
+            items.extend(live)
+
+    async def get(self, timeout: float | None = None, view: Any = ANY) -> PendingRequest | None:
+        """The next live request (see :meth:`get_nowait`, ``view`` included), waiting up to ``timeout`` seconds
+        (forever if None); None on timeout."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            pending = self.get_nowait()
+            pending = self.get_nowait(view)
             if pending is not None:
                 return pending
             if deadline is not None and loop.time() >= deadline:

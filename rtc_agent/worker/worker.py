@@ -56,6 +56,9 @@ class Worker:
         self._names: list[str] = []
         self._closed = False
         self.priority = PriorityGate()
+        #: the captions' decode plan from the measured speed (:class:`~rtc_agent.worker.decode_plan.DecodePlanner`),
+        #: set by the server; None: the apps use their settings and defaults
+        self.decode_plans: Any = None
 
     # registration -------------------------------------------------------------------------------------------
 

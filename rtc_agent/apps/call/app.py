@@ -25,6 +25,10 @@ room (its audio counts as silence, whatever the track sends).
 Display names are unique in a room: a ``name`` another live participant already uses gets a suffix (``Ana (2)``,
 :mod:`rtc_agent.apps.call.names`) when joining or renaming; the session's config (``session.created`` /
 ``session.updated``) and its own entry in ``room.joined`` carry the final name.
+
+A listener (``role: "listener"``, SFU rooms only) says nothing: its session has no captions pipeline at all (no
+transcriber, no VAD, no place in the captions' decode plans, no engines in ``session.created``); it reads the
+speakers' captions and hears the interpretation like everyone.
 """
 
 from __future__ import annotations
@@ -131,9 +135,11 @@ class CallApp(App):
                                        camera_muted=config["camera_muted"], role=config.get("role", "speaker"))
         self.participant.feed_audio = self._take_audio  # an SFU room's audio of me (rtc_agent.apps.call.sfu)
         self.room: Room | None = None
-        captions_config = CaptionsApp.validate_config({"language": config["language"], "vision": False},
-                                                      ctx.settings)
-        self.captions = CaptionsApp(_SpeakerContext(self), captions_config)
+        self.captions: CaptionsApp | None = None  # a listener's session transcribes nothing
+        if self.participant.role != "listener":
+            captions_config = CaptionsApp.validate_config({"language": config["language"], "vision": False},
+                                                          ctx.settings)
+            self.captions = CaptionsApp(_SpeakerContext(self), captions_config)
 
     @classmethod
     def validate_config(cls, config: dict[str, Any], settings: Any) -> dict[str, Any]:
@@ -164,7 +170,7 @@ class CallApp(App):
             rooms.check_room(config["room"])
 
     def engines(self) -> dict[str, str]:
-        return self.captions.engines()
+        return self.captions.engines() if self.captions is not None else {}
 
     async def start(self) -> None:
         rooms = self.ctx.rooms
@@ -180,7 +186,8 @@ class CallApp(App):
             raise
         sfu.joined(bridge, self.room)
         self.config["name"] = self.participant.name  # suffixed if another participant has this name
-        await self.captions.start()
+        if self.captions is not None:
+            await self.captions.start()
 
     def on_audio(self, pcm: np.ndarray, start_ms: int) -> None:
         if self.participant.sfu is None:  # in an SFU room my audio comes through the SFU (feed_audio)
@@ -188,8 +195,8 @@ class CallApp(App):
 
     def _take_audio(self, pcm: np.ndarray, start_ms: int) -> None:
         """My microphone's 16 kHz samples into my captions and my interpretation pairs."""
-        if self.room is None:
-            return
+        if self.room is None or self.captions is None:
+            return  # not in the room yet, or a listener: nothing of mine is heard
         if self.participant.mic_muted:
             pcm = np.zeros_like(pcm)  # muted: silence for the room, whatever the (possibly live) track sends
         self.captions.on_audio(pcm, start_ms)
@@ -206,7 +213,8 @@ class CallApp(App):
             self._update(event.session.get("config", event.session))
             return
         if isinstance(event, InputAudioBufferCommit):
-            await self.captions.on_event(event)
+            if self.captions is not None:  # a listener has no utterance to commit
+                await self.captions.on_event(event)
             return
         if isinstance(event, RoomHand):
             if self.room is None or self.participant.sfu is None:
@@ -238,14 +246,14 @@ class CallApp(App):
         if "language" in update or "listen_language" in update:
             check_listen(self.ctx.settings, listen, language)
         name = _name(update["name"]) if "name" in update else None
-        if language != p.language:
+        if language != p.language and self.captions is not None:
             self.captions.transcriber.set_language(None if language == "auto" else language, None)
         new_language = language != p.language
         p.language = self.config["language"] = language
         p.listen_language = self.config["listen_language"] = listen
         if name is not None:
             p.name = self.config["name"] = self.room.free_name(name, p.id) if self.room is not None else name
-        if "mic_muted" in new and new["mic_muted"] != p.mic_muted:
+        if "mic_muted" in new and new["mic_muted"] != p.mic_muted and self.captions is not None:
             self.captions.set_input_muted(new["mic_muted"])  # muting ends my utterance now
         for key, value in new.items():
             setattr(p, key, value)
@@ -265,13 +273,14 @@ class CallApp(App):
         muted = bool(muted)
         if muted == self.participant.mic_muted:
             return
-        self.captions.set_input_muted(muted)
+        if self.captions is not None:
+            self.captions.set_input_muted(muted)
         self.participant.mic_muted = self.config["mic_muted"] = muted
         if self.room is not None:
             self.room.update(self.participant)
 
     def stats(self) -> dict[str, Any]:
-        out = {"captions": self.captions.stats()}
+        out: dict[str, Any] = {"captions": self.captions.stats() if self.captions is not None else None}
         if self.room is not None:
             out["room"] = self.room.stats()
         if self.participant.sfu is not None:
@@ -280,7 +289,8 @@ class CallApp(App):
 
     async def close(self) -> None:
         try:
-            await self.captions.close()
+            if self.captions is not None:
+                await self.captions.close()
         finally:
             if self.room is not None:
                 self.room.leave(self.participant.id, getattr(self.ctx, "close_reason", None))

@@ -3,6 +3,10 @@
 Audio flows: ``on_audio`` -> Silero VAD in the worker (batched across sessions) -> :class:`SpeechSegmenter` ->
 :class:`StreamingTranscriber` -> ``caption.*`` events. The VAD runs in its own task so a slow decode never delays
 speech boundaries.
+
+The final's beam and the partial interval come from the server's decode plan (``worker.decode_plans``:
+:mod:`rtc_agent.worker.decode_plan`, from the measured speed and the sessions running): read when the session
+starts and every ``PLAN_REFRESH_MS`` of audio after; without a planner, the settings and defaults.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.captions.earlier_finals import FinalCaption
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import StreamingTranscriber
-from rtc_agent.apps.captions.transcriber_config import transcriber_config
+from rtc_agent.apps.captions.transcriber_config import apply_plan, transcriber_config
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
@@ -34,6 +38,7 @@ from rtc_agent.protocol.events import (
     VisionPrompt,
 )
 from rtc_agent.redact import redact_url
+from rtc_agent.worker.decode_plan import PLAN_REFRESH_MS
 
 LANGUAGE_CODES = frozenset([  # the languages Whisper knows
     "af", "am", "ar", "as", "az", "ba", "be", "bg", "bn", "bo", "br", "bs", "ca", "cs", "cy", "da", "de", "el",
@@ -105,6 +110,8 @@ class CaptionsApp(App):
 
     _closing = False  # set by close(): audio arriving after that is ignored
     _vad_until_ms = 0  # the end of the last window the VAD judged
+    _plan_at_ms = 0  # session time the decode plan was last read
+    plan: Any = None  # the decode plan in use (rtc_agent.worker.decode_plan.DecodePlan); None: settings, defaults
     CONFIG_KEYS = frozenset({"language", "language_prior", "vad_threshold", "vad_min_silence_ms",
                              "vad_min_speech_ms", "vision"})
     VISION_ENGINE = "vlm"
@@ -116,6 +123,8 @@ class CaptionsApp(App):
             self._recognize, ctx.emit, ctx.spawn,
             transcriber_config(ctx.settings, None if language == "auto" else language, config["language_prior"]),
         )
+        self._plans = getattr(ctx.worker, "decode_plans", None)
+        self._replan(joining=1.0)  # this session does not count among the running ones yet
         self.segmenter = SpeechSegmenter(threshold=config["vad_threshold"], min_speech_ms=config["vad_min_speech_ms"],
                                          min_silence_ms=config["vad_min_silence_ms"])
         self.vad = VoiceActivity(ctx.worker, self._on_window)
@@ -179,8 +188,16 @@ class CaptionsApp(App):
         self.transcriber.push_audio(audio, start_ms)
         self.vad.push(audio, start_ms)
 
+    def _replan(self, joining: float = 0.0) -> None:
+        if self._plans is not None:
+            self.plan = self._plans.plan(joining)
+            apply_plan(self.transcriber.config, self.plan)
+
     def _on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         self._vad_until_ms = end_ms
+        if end_ms - self._plan_at_ms >= PLAN_REFRESH_MS:
+            self._plan_at_ms = end_ms
+            self._replan()
         feed_window(self.segmenter, self.transcriber, prob, start_ms, end_ms, self.ctx.now_ms())
 
     def on_frame(self, image: np.ndarray, ts_ms: int) -> None:
@@ -219,8 +236,11 @@ class CaptionsApp(App):
         return list(self.transcriber.finals)
 
     def stats(self) -> dict[str, Any]:
-        return {**self.transcriber.stats(), "vad_dropped_ms": self.vad.dropped_ms,
-                "in_speech": self.segmenter.in_speech, "vision": self.vision.stats() if self.vision else None}
+        return {**self.transcriber.stats(), "plan": self.plan.as_dict() if self.plan is not None else None,
+                "final_beam": self.transcriber.config.final_beam_size,
+                "partial_interval_ms": self.transcriber.config.decode_interval_ms,
+                "vad_dropped_ms": self.vad.dropped_ms, "in_speech": self.segmenter.in_speech,
+                "vision": self.vision.stats() if self.vision else None}
 
     async def close(self) -> None:
         """End the captions. When the session ends for ``deleted``, ``server_shutdown`` or ``max_duration`` (the

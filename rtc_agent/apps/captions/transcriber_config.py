@@ -1,11 +1,13 @@
-"""``TranscriberConfig``: the knobs of live captions; :func:`transcriber_config` fills them from the settings."""
+"""``TranscriberConfig``: the knobs of live captions; :func:`transcriber_config` fills them from the settings, and
+:func:`apply_plan` sets the final's beam and the partial interval from the measured speed
+(:mod:`rtc_agent.worker.decode_plan`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TranscriberConfig", "transcriber_config"]
+__all__ = ["TranscriberConfig", "apply_plan", "transcriber_config"]
 
 
 @dataclass
@@ -16,6 +18,8 @@ class TranscriberConfig:
     language: str | None = None  # None: auto (the session's language rule decides)
     language_prior: str | None = None  # with auto: the language to expect (the browser's)
     task: str = "transcribe"
+    # Audio between partial decodes; the server's decode plan sets it from the measured speed and the sessions
+    # running (apply_plan), the setting captions_partial_interval_ms pins it.
     decode_interval_ms: int = 400
     min_decode_ms: int = 300  # don't decode less audio than this
     min_commit_ms: int = 1500  # hypotheses of less audio are shown as tentative but never committed
@@ -27,6 +31,8 @@ class TranscriberConfig:
     # decoder as context (0: none). Measured on the speech set (README), finals in virtual time with 8 s of audio
     # context: beam 5 6.3 % WER against greedy 8.4 % (offline 5.2 %); the previous finals as the prompt made
     # the decoder copy earlier sentences (21 %), and forcing them as the decoder prefix over their audio gave 9.9 %.
+    # The server's decode plan lowers it where a 3 s utterance's beam-5 final does not fit ``final_budget_ms`` at
+    # the measured speed (apply_plan); the setting captions_final_beam pins it.
     final_beam_size: int = 5
     prompt_chars: int = 0
     prompt_partials: bool = False
@@ -55,10 +61,25 @@ def transcriber_config(settings: Any, language: str | None, prior: str | None = 
                        **options: Any) -> TranscriberConfig:
     """A config for ``language`` (None: auto, expecting ``prior``) with the server ``settings``' context,
     final-decode budget and split length (``captions_context_s``, ``captions_final_budget_ms``,
-    ``captions_split_min_s``) and any other ``options``."""
-    return TranscriberConfig(language=language, language_prior=prior,
+    ``captions_split_min_s``), the final's beam and the partial interval where a setting pins them
+    (``captions_final_beam``, ``captions_partial_interval_ms``; 0: the defaults until :func:`apply_plan`) and
+    any other ``options``."""
+    pinned: dict[str, Any] = {}
+    if int(getattr(settings, "captions_final_beam", 0) or 0) > 0:
+        pinned["final_beam_size"] = int(settings.captions_final_beam)
+    if int(getattr(settings, "captions_partial_interval_ms", 0) or 0) > 0:
+        pinned["decode_interval_ms"] = int(settings.captions_partial_interval_ms)
+    return TranscriberConfig(language=language, language_prior=prior, **{**pinned, **options},
                              context_s=float(getattr(settings, "captions_context_s", TranscriberConfig.context_s)),
                              final_budget_ms=int(getattr(settings, "captions_final_budget_ms",
                                                          TranscriberConfig.final_budget_ms)),
                              split_min_s=float(getattr(settings, "captions_split_min_s",
-                                                       TranscriberConfig.split_min_s)), **options)
+                                                       TranscriberConfig.split_min_s)))
+
+
+def apply_plan(config: TranscriberConfig, plan: Any, min_interval_ms: int = 0) -> None:
+    """Use a decode plan (:class:`~rtc_agent.worker.decode_plan.DecodePlan`: ``final_beam``,
+    ``partial_interval_ms``) from the next decode on; the partial interval is at least ``min_interval_ms`` (a
+    pipeline that leaves room for other work keeps its own longer one)."""
+    config.final_beam_size = int(plan.final_beam)
+    config.decode_interval_ms = max(int(min_interval_ms), int(plan.partial_interval_ms))

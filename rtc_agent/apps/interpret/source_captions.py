@@ -5,7 +5,9 @@ With the embedded speech-translation engine (Whisper's translate task) the sourc
 ``asr`` Whisper (batched with every other session's decodes), fed by the interpretation pipeline's own VAD windows
 (no second VAD): ``input_audio_buffer.speech_started``/``stopped``, ``caption.partial`` and ``caption.final``
 (with the utterance's ``language``). Partials come every ``decode_interval_ms`` (800 ms, twice the captions'
-interval) to leave compute for the translation.
+interval) to leave compute for the translation, or less often where the server's decode plan
+(:mod:`rtc_agent.worker.decode_plan`, ``worker.decode_plans``) asks for that; the final's beam is the plan's too.
+The plan is read at the start and every ``PLAN_REFRESH_MS`` of audio after.
 
 With ``auto`` the transcriber's :class:`~rtc_agent.apps.captions.language.LanguageRule` decides the session's
 language; ``on_language(code)`` is called whenever it settles or switches, so the translation follows it.
@@ -23,9 +25,10 @@ from rtc_agent.apps.captions.app import feed_window, finish_finals
 from rtc_agent.apps.captions.earlier_finals import FinalCaption
 from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import Spawn, StreamingTranscriber
-from rtc_agent.apps.captions.transcriber_config import transcriber_config
+from rtc_agent.apps.captions.transcriber_config import apply_plan, transcriber_config
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.protocol import ServerEvent
+from rtc_agent.worker.decode_plan import PLAN_REFRESH_MS
 
 __all__ = ["SourceCaptions"]
 
@@ -58,6 +61,14 @@ class SourceCaptions:
         self.judged_until_ms = 0  # the end of the last VAD window seen
         self._language = self.transcriber.rule.current
         self._closing = False
+        self._min_interval_ms = decode_interval_ms
+        self._plans = getattr(worker, "decode_plans", None)
+        self._plan_at_ms = 0
+        self._replan()
+
+    def _replan(self) -> None:
+        if self._plans is not None:
+            apply_plan(self.transcriber.config, self._plans.plan(), self._min_interval_ms)
 
     async def _recognize(self, request: TranscribeRequest) -> Transcript:
         started = time.monotonic()
@@ -79,6 +90,9 @@ class SourceCaptions:
     def on_window(self, prob: float, start_ms: int, end_ms: int) -> None:
         """One VAD window (the pipeline's), in order."""
         self.judged_until_ms = end_ms
+        if end_ms - self._plan_at_ms >= PLAN_REFRESH_MS:
+            self._plan_at_ms = end_ms
+            self._replan()
         feed_window(self.segmenter, self.transcriber, prob, start_ms, end_ms, self.now_ms())
         current = self.transcriber.rule.current
         if current != self._language:

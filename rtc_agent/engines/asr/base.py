@@ -80,14 +80,14 @@ class Transcript:
     @property
     def looks_repetitive(self) -> bool:
         """A decoder loop: the text compresses too well or repeats a short unit back to back."""
-        return self.compression_ratio > COMPRESSION_RATIO_LIMIT or looping_run(self.text) is not None
+        return self.compression_ratio > COMPRESSION_RATIO_LIMIT or looping_run(self.text, self.audio_s) is not None
 
     def without_loop(self) -> Transcript:
         """This transcript with its earliest loop cut to one copy of the unit and everything after the loop dropped
         (the decoder does not recover inside one decode). Segments are cut to match; the compression ratio is that
         of the new text. A transcript without a loop comes back unchanged (the same object)."""
         joined = "".join(s.text for s in self.segments) if self.segments else self.text
-        loop = looping_run(joined)
+        loop = looping_run(joined, self.audio_s)
         if loop is None:
             return self
         keep = loop.start + loop.unit

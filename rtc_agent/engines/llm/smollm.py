@@ -7,7 +7,8 @@ Generation is a token loop with a KV cache in the calling thread: it checks the 
 token, decodes text incrementally (never splitting a UTF-8 character), holds back text that may be the start of a
 stop string, and reports usage and finish reason like a server would. The KV cache of the last generation is kept
 with the token ids it holds: the next prompt only computes the tokens after their common prefix (a conversation's
-next turn, or a second response to the same turn, skips the system prompt and history).
+next turn, or a second response to the same turn, skips the system prompt and history). ``generate_many`` answers
+several greedy requests in one batched decode (:mod:`.batch_chat`: one forward per step for all of them).
 
 Precision (``precision``, see :mod:`rtc_agent.engines.llm.precision`): ``auto`` runs long prompts in bfloat16 and
 decode steps and short prompts on int4 weights on CPUs with native bf16, float32 elsewhere. Llama-family models
@@ -21,17 +22,19 @@ from __future__ import annotations
 import inspect
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from rtc_agent.engines.assets import MissingAsset
+from rtc_agent.engines.llm.batch_chat import BatchModel, generate_many
+from rtc_agent.engines.llm.batch_forward import BatchForward, LlamaBatchForward, TransformersBatchForward
 from rtc_agent.engines.llm.chat_template import forced_call_prefix, template_turns
 from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.gguf_cache import cache_folder, load_folder, load_gguf
-from rtc_agent.engines.llm.job import CancelToken
+from rtc_agent.engines.llm.job import CancelToken, ChatJob
 from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
-from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, Usage, partial_marker_len
+from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
 from rtc_agent.errors import EngineError
@@ -299,6 +302,30 @@ class SmolLMEngine(ChatEngine):
                 yield ChatDelta(text=final[len(emitted):])
         yield ChatDelta(finish_reason=finish, usage=Usage(prompt_tokens=len(prompt),
                                                           completion_tokens=len(generated)))
+
+    def generate_many(self, requests: Sequence[ChatRequest],
+                      cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
+        """Answer ``requests`` together: the greedy ones in one batched decode (one forward per step for all;
+        :func:`~rtc_agent.engines.llm.batch_chat.generate_many` says which share it), each result what
+        :meth:`generate` would give it. Not streamed; the prefix cache is neither used nor disturbed by a batch."""
+        if self._model is None:
+            raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
+        tok = self._tokenizer
+        parts = BatchModel(
+            prompt=self._prompt, make_forward=self._batch_forward, eos_ids=self._eos_ids,
+            decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+            processors=lambda request: self._processors(request, False),
+            one=lambda request: self._run_job(ChatJob(request, cancel=cancel or CancelToken())),
+            max_context=self.max_context, model_name=self.model_name, checkpoint=lambda: self.checkpoint())
+        return generate_many(parts, requests, cancel)
+
+    def _batch_forward(self, pads: list[int], capacity: int) -> BatchForward:
+        """A batched forward over the loaded model: the lean one where the lean decoder runs it."""
+        if self._decoder is not None:
+            forward = LlamaBatchForward(self._model, pads, capacity=capacity)
+            forward.before_layer = lambda: self.checkpoint()
+            return forward
+        return TransformersBatchForward(self._model, pads, cache_arg=self._cache_arg, options=self._forward_options)
 
     def _forward(self, step_input: Any, past: Any) -> tuple[Any, Any]:
         """The last position's logits (float32, ``[1, vocab]``) after feeding ``step_input``, and the cache."""

@@ -15,7 +15,9 @@
   waits for it) but never interrupting one. Unlike an agent turn, which runs ahead of its speech, a translation
   does not step aside for ``tts`` and ``asr`` between its steps (it is what the listener waits for; stepping aside
   before every layer while captions decode made each take tens of seconds on a busy 2-core machine). Only a
-  different model (or a remote LLM) loads a second copy, on the first translation;
+  different model (or a remote LLM) loads a second copy, on the first translation. Translations waiting together
+  (a caption final into each listener language) are taken as one batch of up to ``mt_max_batch`` (4) and decoded
+  together (``SmolLMEngine.generate_many``: one forward per step for all of them);
 - ``none``: no text translation.
 
 Use::
@@ -34,7 +36,7 @@ from typing import Any
 
 from rtc_agent.config import SettingsError
 from rtc_agent.engines.mt.base import TextTranslateRequest, TextTranslation, TextTranslationEngine
-from rtc_agent.engines.mt.chat import ChatTranslationEngine
+from rtc_agent.engines.mt.chat import DEFAULT_MAX_BATCH, ChatTranslationEngine
 from rtc_agent.engines.mt.ctranslate2_engine import CTranslate2TranslationEngine, read_layout
 from rtc_agent.engines.mt.languages import AUTO, LANGUAGE_NAMES, check_language
 from rtc_agent.engines.mt.quality import quality
@@ -169,12 +171,16 @@ def engine_specs(settings: Any) -> list[EngineSpec]:
             max_chars=max_chars))]
     from rtc_agent.engines.llm import engine_spec as llm_engine_spec
 
+    max_batch = int(getattr(settings, "mt_max_batch", DEFAULT_MAX_BATCH))
+
     def adapt(chat: Any) -> ChatTranslationEngine:
-        return ChatTranslationEngine(chat, kind="embedded", max_chars=max_chars)
+        return ChatTranslationEngine(chat, kind="embedded", max_chars=max_chars, max_batch=max_batch)
 
     chat_spec = llm_engine_spec(dataclasses.replace(settings, llm_engine="embedded",
                                                     llm_model=_embedded_model(settings)), name=ENGINE_NAME)
-    own = dataclasses.replace(chat_spec, max_queue=32, yields_to=(), factory=lambda: adapt(chat_spec.factory()))
+    # translations waiting together (one final into each listener language) go as one batched decode
+    own = dataclasses.replace(chat_spec, max_queue=32, max_batch=max_batch, yields_to=(),
+                              factory=lambda: adapt(chat_spec.factory()))
     if shares_llm(settings):  # one model in memory: the LLM's (its own copy only where no llm engine is registered)
         return [dataclasses.replace(own, shares=LLM_ENGINE, adapt=adapt, urgent=True)]
     return [own]

@@ -17,10 +17,12 @@ from rtc_agent.engines.mt.base import DEFAULT_MAX_CHARS, TextTranslateRequest, T
 from rtc_agent.engines.mt.languages import AUTO, LANGUAGE_NAMES
 from rtc_agent.errors import EngineError
 
-__all__ = ["ChatTranslationEngine", "clean_reply", "translation_messages"]
+__all__ = ["DEFAULT_MAX_BATCH", "ChatTranslationEngine", "clean_reply", "translation_messages"]
 
 #: most context pairs a prompt carries (the newest ones)
 MAX_CONTEXT_PAIRS = 4
+#: most translations one batched chat call carries (the ``mt_max_batch`` default)
+DEFAULT_MAX_BATCH = 4
 _LABEL = re.compile(r"^\s*(?:translation|traducci[oó]n|traduction|traduzione)\s*(?:\([^)]*\))?\s*:\s*", re.I)
 
 
@@ -58,10 +60,18 @@ class ChatTranslationEngine(TextTranslationEngine):
 
     A reply that ends for length, or is empty, fails the request (``EngineError`` ``mt_bad_output``).
     ``checkpoint``/``step_done`` pass through to the chat engine, so the worker's priority hooks reach it.
+
+    Batches: :meth:`translate_many` (what ``run_batch`` calls with the requests the worker handed over together)
+    sends up to ``max_batch`` (``mt_max_batch``) translations as one ``chat.generate_many(requests)`` when the
+    chat engine has that method (the embedded engine: one batched decode), else one chat call per translation.
     """
 
-    def __init__(self, chat: ChatEngine, *, kind: str, model: str = "", max_chars: int = DEFAULT_MAX_CHARS) -> None:
+    def __init__(self, chat: ChatEngine, *, kind: str, model: str = "", max_chars: int = DEFAULT_MAX_CHARS,
+                 max_batch: int = DEFAULT_MAX_BATCH) -> None:
         super().__init__(max_chars=max_chars)
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        self.max_batch = max_batch
         self.chat = chat
         self.kind = kind
         self.model = model
@@ -88,6 +98,32 @@ class ChatTranslationEngine(TextTranslationEngine):
 
     def translate(self, request: TextTranslateRequest) -> str:
         [result] = self.chat.run_batch([self.chat_request(request)])
+        return self._reply_text(request, result)
+
+    def translate_many(self, requests: list[TextTranslateRequest]) -> list[str | Exception]:
+        """See the class docstring: batches of at most ``max_batch`` through ``chat.generate_many`` when the chat
+        engine has it (an error of a whole batch fails each of its requests), else one at a time."""
+        many = getattr(self.chat, "generate_many", None)
+        if many is None or len(requests) < 2:
+            return super().translate_many(requests)
+        out: list[str | Exception] = []
+        for start in range(0, len(requests), self.max_batch):
+            chunk = requests[start:start + self.max_batch]
+            try:
+                results: list[Any] = list(many([self.chat_request(r) for r in chunk]))
+                if len(results) != len(chunk):
+                    raise EngineError(f"{self.label}: {len(results)} replies for {len(chunk)} requests")
+            except Exception as exc:
+                results = [exc] * len(chunk)
+            for request, result in zip(chunk, results, strict=True):
+                try:
+                    out.append(self._reply_text(request, result))
+                except Exception as exc:
+                    out.append(exc)
+        return out
+
+    def _reply_text(self, request: TextTranslateRequest, result: object) -> str:
+        """The translation in the chat ``result`` of ``request`` (raises the result when it is an exception)."""
         if isinstance(result, BaseException):
             raise result
         assert isinstance(result, ChatResult)

@@ -28,12 +28,17 @@ class RoomJoined(ServerEvent):
 
 
 class RoomSfuUpdated(ServerEvent):
-    """An SFU room's interpreter feeds (listen language -> Janus feed id) or its listener count changed."""
+    """An SFU room's interpreter feeds (listen language -> Janus feed id), its listener count or rtc-agent's
+    connection to the SFU changed. ``sfu_state``: ``connected``; ``reconnecting`` (the connection dropped: no
+    captions of SFU audio and no interpreter feeds until it is back); ``lost`` (every reconnect failed).
+    ``reconnects`` counts the reconnects that succeeded (new feed ids come with each)."""
 
     type: Literal["room.sfu.updated"] = "room.sfu.updated"
     room: str
     interpreter_feeds: dict[str, int]
     listener_count: int
+    sfu_state: Literal["connected", "reconnecting", "lost"] = "connected"
+    reconnects: int = 0
 
 
 class RoomParticipantJoined(ServerEvent):

@@ -1,10 +1,14 @@
-"""A client of the Janus WebRTC server's API over its WebSocket transport (subprotocol ``janus-protocol``).
+"""A client of the Janus WebRTC server's API, over its WebSocket or its HTTP (REST, long poll) transport.
 
-One :class:`JanusClient` is one WebSocket connection carrying one Janus session: :meth:`JanusClient.connect`
-opens both, a keepalive goes every ``keepalive_s`` (Janus drops a session silent for 60 s), and
-:meth:`JanusClient.close` destroys the session and closes the socket. Plugin handles
-(:class:`JanusHandle`, from :meth:`JanusClient.attach`) send plugin messages and receive the plugin's
-asynchronous events.
+One :class:`JanusClient` is one Janus session: :meth:`JanusClient.connect` reaches Janus and creates the session,
+a keepalive goes every ``keepalive_s`` (Janus drops a session silent for 60 s), and :meth:`JanusClient.close`
+destroys the session and ends the transport. Plugin handles (:class:`JanusHandle`, from :meth:`JanusClient.attach`)
+send plugin messages and receive the plugin's asynchronous events.
+
+The URL's scheme picks the transport (:func:`transport_class`): ``ws://`` / ``wss://`` Janus's WebSocket API
+(:mod:`rtc_agent.rtc.sfu.janus_ws`, e.g. ``ws://127.0.0.1:8188``), ``http://`` / ``https://`` its REST API
+(:mod:`rtc_agent.rtc.sfu.janus_http`, e.g. ``http://127.0.0.1:8088/janus``; events by a long poll bounded by
+``poll_timeout_s``). Everything above this module is the same for both.
 
 Requests are matched to replies by ``transaction``. A request is answered by ``success`` (with the plugin's
 synchronous reply), ``error``, or ``ack`` followed later by an ``event`` with the same transaction (the plugin's
@@ -28,29 +32,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
-from rtc_agent.errors import AgentError
+from rtc_agent.redact import redact_url
+from rtc_agent.rtc.sfu.janus_http import POLL_TIMEOUT_S, HttpTransport
+from rtc_agent.rtc.sfu.janus_transport import JanusError, JanusTransport
+from rtc_agent.rtc.sfu.janus_ws import WebSocketTransport
 from rtc_agent.tasks import cancel_and_wait
+
+__all__ = ["JanusClient", "JanusError", "JanusHandle", "PluginReply", "transport_class"]
 
 log = logging.getLogger(__name__)
 
-SUBPROTOCOL = "janus-protocol"
 KEEPALIVE_S = 25.0  # Janus's default session timeout is 60 s
 REQUEST_TIMEOUT_S = 10.0
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # SDPs and participant lists; a bigger frame ends the connection
+SCHEMES: dict[str, type[JanusTransport]] = {"ws": WebSocketTransport, "wss": WebSocketTransport,
+                                            "http": HttpTransport, "https": HttpTransport}
 
 
-class JanusError(AgentError):
-    """The SFU refused a request, did not answer in time, or the connection to it is gone (HTTP 502)."""
-
-    type = "server_error"
-    code = "sfu_error"
-    status = 502
-
-    def __init__(self, message: str, *, janus_code: int | None = None, code: str | None = None) -> None:
-        super().__init__(message, code=code)
-        self.janus_code = janus_code
+def transport_class(url: str) -> type[JanusTransport]:
+    """The transport of a Janus API ``url`` by its scheme; JanusError (``sfu_unavailable``) for any other."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise JanusError(f"the SFU URL must be a Janus API URL (ws://, wss://, http:// or https://), got "
+                         f"{redact_url(url)!r}", code="sfu_unavailable")
+    return SCHEMES[scheme]
 
 
 EventCallback = Callable[[dict[str, Any], dict[str, Any] | None, dict[str, Any]], None]
@@ -124,17 +128,16 @@ class JanusHandle:
 
 
 class JanusClient:
-    """One connection and one Janus session at ``url`` (``ws://`` or ``wss://``).
+    """One Janus session at ``url`` (``ws://``, ``wss://``, ``http://`` or ``https://``: see the module).
 
     ``api_secret`` goes into every request when set. ``on_lost`` is called once if the connection or the session
     ends without :meth:`close` (Janus restarted, network gone); every pending request then fails.
     """
 
     def __init__(self, url: str, *, api_secret: str = "", keepalive_s: float = KEEPALIVE_S,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, on_lost: Callable[[str], None] | None = None) -> None:
-        if not url.startswith(("ws://", "wss://")):
-            raise JanusError(f"the SFU URL must be a Janus WebSocket API URL (ws:// or wss://), got {url!r}",
-                             code="sfu_unavailable")
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, poll_timeout_s: float = POLL_TIMEOUT_S,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        kind = transport_class(url)
         self.url = url
         self.api_secret = api_secret
         self.keepalive_s = keepalive_s
@@ -142,40 +145,30 @@ class JanusClient:
         self.on_lost = on_lost
         self.session_id: int | None = None
         self.handles: dict[int, JanusHandle] = {}
-        self._http: aiohttp.ClientSession | None = None
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        extra = {"poll_timeout_s": poll_timeout_s} if kind is HttpTransport else {}
+        self.transport: JanusTransport = kind(url, api_secret=api_secret, request_timeout_s=request_timeout_s,
+                                              deliver=self._dispatch, lost=self._lose, **extra)
         self._pending: dict[str, tuple[asyncio.Future[dict[str, Any]], bool]] = {}
         self._txn = itertools.count(1)
         self._prefix = secrets.token_hex(4)
-        self._reader: asyncio.Task | None = None
         self._keepalive: asyncio.Task | None = None
         self._closing = False
         self.lost_reason: str | None = None
 
     @property
     def connected(self) -> bool:
-        return self._ws is not None and not self._ws.closed and self.lost_reason is None
+        return self.transport.open_now and self.lost_reason is None
 
     async def connect(self) -> JanusClient:
-        """Open the connection and create the Janus session. Raises :class:`JanusError` (the client is then
-        closed)."""
-        self._http = aiohttp.ClientSession()
+        """Reach Janus and create the Janus session. Raises :class:`JanusError` (the client is then closed)."""
         try:
-            self._ws = await asyncio.wait_for(
-                self._http.ws_connect(self.url, protocols=(SUBPROTOCOL,), max_msg_size=MAX_MESSAGE_BYTES,
-                                      autoping=True),
-                self.request_timeout_s)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            await self._http.close()
-            self._http = None
-            raise JanusError(f"cannot reach the SFU at {self.url}: {exc or type(exc).__name__}") from None
-        self._reader = asyncio.get_running_loop().create_task(self._read(), name="janus-reader")
-        try:
+            await self.transport.open()
             reply = await self.request({"janus": "create"}, in_session=False)
         except JanusError:
             await self.close()
             raise
         self.session_id = int(reply["data"]["id"])
+        self.transport.session_started(self.session_id)
         self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive(), name="janus-keepalive")
         return self
 
@@ -191,7 +184,7 @@ class JanusClient:
         """Send ``message`` and return Janus's answer (``success``, ``ack`` or, with ``wait_event``, the
         ``event`` with the same transaction). Raises :class:`JanusError` on an ``error`` reply, a timeout or a
         lost connection."""
-        if not self.connected or self._ws is None:
+        if not self.connected:
             raise JanusError(f"not connected to the SFU ({self.lost_reason or 'closed'})")
         transaction = f"{self._prefix}-{next(self._txn)}"
         out = {**message, "transaction": transaction}
@@ -202,12 +195,10 @@ class JanusClient:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[transaction] = (future, wait_event)
         try:
-            await self._ws.send_json(out)
+            await self.transport.send(out)
             reply = await asyncio.wait_for(future, timeout or self.request_timeout_s)
         except TimeoutError:
             raise JanusError(f"the SFU did not answer {message.get('janus')!r} in time", code="sfu_timeout") from None
-        except (aiohttp.ClientError, ConnectionError, RuntimeError) as exc:
-            raise JanusError(f"the connection to the SFU failed: {exc}") from None
         finally:
             self._pending.pop(transaction, None)
         if reply.get("janus") == "error":
@@ -235,24 +226,6 @@ class JanusClient:
                 handle.detached = True
                 self.handles.pop(handle.id, None)
             handle.deliver(message)
-
-    async def _read(self) -> None:
-        ws = self._ws
-        assert ws is not None
-        try:
-            async for msg in ws:
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                try:
-                    message = msg.json()
-                except ValueError:
-                    log.warning("janus: a message that is not JSON was ignored")
-                    continue
-                if isinstance(message, dict):
-                    self._dispatch(message)
-        finally:
-            if not self._closing:
-                self._lose("the connection to the SFU closed")
 
     async def _keep_alive(self) -> None:
         while self.connected:
@@ -287,15 +260,8 @@ class JanusClient:
                 await self.request({"janus": "destroy"}, timeout=min(self.request_timeout_s, 3.0))
         self.lost_reason = self.lost_reason or "closed"
         await cancel_and_wait(self._keepalive)
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._reader), 2.0)
-            await cancel_and_wait(self._reader)
+        await self.transport.close()
         for future, _ in list(self._pending.values()):
             if not future.done():
                 future.set_exception(JanusError("the SFU client closed"))
-        if self._http is not None:
-            await self._http.close()
         self.handles.clear()

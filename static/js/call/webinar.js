@@ -8,6 +8,10 @@
 // when the server has an SFU, capabilities.sfu). ?mode=sfu (a join link to an SFU room) asks for an SFU room.
 // Neither is sent when absent: a plain call stays a mesh call.
 //
+// room.sfu.updated also says how rtc-agent's own connection to Janus is (sfu_state: connected, reconnecting, lost;
+// the server reconnects by itself): while it is not connected, captions of the speakers and the interpretation
+// pause, which the page's log says once per change.
+//
 // call.js uses it through: configure() (the session config's role / mode), toServer(options) (what goes up to
 // rtc-agent: nothing in an SFU room), sendsMedia(), wantsDevices() (a listener opens no camera or microphone),
 // start(...) (the room's media for startMedia in an SFU room) and snapshot() (for tests).
@@ -47,6 +51,7 @@ export class Webinar {
     this.media = null; // SfuMedia while in an SFU room
     this.myId = null;
     this.listenerCount = 0;
+    this.sfuState = "connected"; // rtc-agent's connection to Janus (room.sfu.updated sfu_state)
     this.hands = new Map(); // participant id -> name, raised hands now
     this.handRaised = false;
     this._buildUi($, params.get("role") === "listener" ? "listener" : "speaker");
@@ -202,6 +207,13 @@ export class Webinar {
 
   _updated(ev) {
     this._count(ev.listener_count);
+    const state = ev.sfu_state || "connected";
+    if (state !== this.sfuState) {
+      this.sfuState = state;
+      if (state === "reconnecting") this.log.note("rtc-agent lost the SFU; captions pause while it reconnects", "warn");
+      else if (state === "lost") this.log.note("rtc-agent could not reach the SFU again; captions stay paused", "warn");
+      else this.log.note("rtc-agent is back on the SFU; captions continue");
+    }
     if (this.media) this.media.setInterpreterFeeds(ev.interpreter_feeds || {});
   }
 
@@ -250,7 +262,7 @@ export class Webinar {
   async snapshot() {
     const interpretation = this.media ? await this.media.interpretationStats() : null;
     return {
-      mode: this.mode, role: this.role, listenerCount: this.listenerCount, listenerText: this.countEl.textContent,
+      mode: this.mode, role: this.role, listenerCount: this.listenerCount, sfuState: this.sfuState, listenerText: this.countEl.textContent,
       hands: [...this.hands.values()], handRaised: this.handRaised, selfTileHidden: this.selfTile.hidden,
       feeds: this.media ? [...this.media.feeds.values()].map((f) => f.display) : [],
       sfuJoins: this.media ? this.media.joins : 0,

@@ -19,10 +19,12 @@ interpretation input (``Participant.feed_audio``), positioned on the speaker's s
 first sample at the clock's now, then counted: a re-published feed continues after the last one). Publishers with
 other displays are not ours and are ignored.
 
-The bridge's tasks (subscriptions, feed starts) end with it; :meth:`SfuBridge.close` (the room ended, or the
-server stops) destroys the Janus room and closes the connection. Janus refusing or vanishing is a
-:class:`~rtc_agent.rtc.sfu.JanusError`; a lost connection is logged and leaves the room's captions without SFU
-audio until the room ends (the pages hear nothing new).
+The bridge's tasks (subscriptions, feed starts, a reconnect) end with it; :meth:`SfuBridge.close` (the room
+ended, or the server stops) destroys the Janus room and closes the connection. Janus refusing is a
+:class:`~rtc_agent.rtc.sfu.JanusError`. A lost connection is reconnected with backoff
+(:mod:`rtc_agent.apps.call.sfu.reconnect`: the same room id, tokens, subscriptions and interpreter feeds again;
+``sfu_state`` in ``room.sfu.updated`` says ``connected``, ``reconnecting`` or ``lost``); a participant joining
+while the room is not connected is refused (502 ``sfu_reconnecting``).
 """
 
 from __future__ import annotations
@@ -36,36 +38,18 @@ import numpy as np
 
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.room import RoomFull
+from rtc_agent.apps.call.sfu.feeds import InterpreterFeed
+from rtc_agent.apps.call.sfu.reconnect import reconnect
 from rtc_agent.protocol.events import RoomParticipantUpdated, RoomSfuUpdated
-from rtc_agent.rtc.sfu import FeedPublisher, FeedSubscriber, JanusClient, JanusError, videoroom
-from rtc_agent.rtc.speech_output import SpeechOutput
+from rtc_agent.rtc.sfu import FeedSubscriber, JanusClient, JanusError, videoroom
 
 log = logging.getLogger(__name__)
 
 AGENT_DISPLAY = "rtc-agent"
-FEED_PREFIX = "interpreter-"
+ROOM_EXISTS = 427  # JANUS_VIDEOROOM_ERROR_ROOM_EXISTS
 LISTED_LISTENERS = 20  # past this many listeners, only their count travels
 SAMPLE_RATE = 16000
 SUBSCRIBE_ATTEMPTS = 3
-
-
-class InterpreterFeed:
-    """The interpretation of one listen language, published into the Janus room as ``interpreter-<lang>``."""
-
-    def __init__(self, bridge: SfuBridge, language: str) -> None:
-        self.language = language
-        self.speech = SpeechOutput(max_seconds=float(getattr(bridge.settings, "max_output_seconds", 120.0)))
-        self.publisher = FeedPublisher(bridge.client, bridge.room_id, self.speech,
-                                       display=FEED_PREFIX + language, token=bridge.own_token)
-        self.feed_id: int | None = None
-
-    async def start(self) -> int:
-        self.feed_id = await self.publisher.start()
-        return self.feed_id
-
-    async def close(self) -> None:
-        self.speech.stop()
-        await self.publisher.close()
 
 
 class SfuBridge:
@@ -77,7 +61,7 @@ class SfuBridge:
         self.room_id = videoroom.random_room_id()
         self.secret = secrets.token_urlsafe(24)
         self.own_token = secrets.token_urlsafe(24)
-        self.client = JanusClient(settings.sfu_url, api_secret=settings.sfu_api_secret, on_lost=self._lost)
+        self.client = self._new_client()
         self.members: dict[str, Participant] = {}
         self.tokens: dict[str, str] = {}
         self.feeds: dict[str, InterpreterFeed] = {}
@@ -89,6 +73,8 @@ class SfuBridge:
         self._tasks: set[asyncio.Task] = set()
         self._clock_end: dict[str, int] = {}  # speaker id -> where its last subscription's audio ended
         self._admin: Any = None
+        self.sfu_state = "connected"  # or "reconnecting", "lost" (see rtc_agent.apps.call.sfu.reconnect)
+        self.reconnects = 0
 
     # --- limits and what pages see ---------------------------------------------------------------------
 
@@ -128,7 +114,8 @@ class SfuBridge:
         if self.room is None:
             return
         event = RoomSfuUpdated(room=self.name, interpreter_feeds=self.interpreter_feeds,
-                               listener_count=self.listener_count)
+                               listener_count=self.listener_count, sfu_state=self.sfu_state,
+                               reconnects=self.reconnects)
         for p in list(self.room.participants.values()):
             p.send(event)
 
@@ -142,21 +129,62 @@ class SfuBridge:
             self._ready = asyncio.get_running_loop().create_task(self._open(), name=f"sfu-open-{self.name}")
         await asyncio.shield(self._ready)
 
-    async def _open(self) -> None:
+    def _new_client(self) -> JanusClient:
+        s = self.settings
+        client = JanusClient(s.sfu_url, api_secret=s.sfu_api_secret, request_timeout_s=float(s.sfu_request_timeout_s),
+                             poll_timeout_s=float(s.sfu_poll_timeout_s))
+        client.on_lost = lambda reason: self._lost(client, reason)
+        return client
+
+    async def _open(self, again: bool = False) -> None:
+        """Connect, create the Janus room (``again``: or find it still there) with every token, join as the
+        watcher (which subscribes to the speakers publishing)."""
         await self.client.connect()
         self._admin = await self.client.attach(videoroom.PLUGIN)
         publishers = self.max_speakers + int(getattr(self.settings, "room_max_pairs", 12)) + 1
-        await videoroom.create_room(self._admin, room_id=self.room_id, secret=self.secret, publishers=publishers,
-                                    allowed=[self.own_token], description=f"rtc-agent {self.name}")
+        tokens = [self.own_token, *self.tokens.values()]
+        try:
+            await videoroom.create_room(self._admin, room_id=self.room_id, secret=self.secret,
+                                        publishers=publishers, allowed=tokens, description=f"rtc-agent {self.name}")
+        except JanusError as exc:
+            if not again or exc.janus_code != ROOM_EXISTS:
+                raise
+            await videoroom.allow_tokens(self._admin, self.room_id, self.secret, "add", tokens)
         watcher = await self.client.attach(videoroom.PLUGIN)
         watcher.on_event = self._on_event
         joined = await videoroom.join_publisher(watcher, self.room_id, display=AGENT_DISPLAY, token=self.own_token)
         for publisher in joined.get("publishers") or []:
             self._on_publisher(publisher)
 
+    async def reopen(self) -> None:
+        """A new connection to the same Janus room (see :mod:`~rtc_agent.apps.call.sfu.reconnect`); the interpreter
+        feeds get publishers on it (started by :meth:`publish_wanted`). Raises JanusError."""
+        await self.client.close()
+        self.drop_media()  # what a failed attempt subscribed to
+        self.client = self._new_client()
+        await self._open(again=True)
+        for feed in list(self.feeds.values()):
+            await feed.rebind(self)
+
+    def drop_media(self) -> None:
+        """The connection is gone: every subscription ends (its speaker's ``feed_id`` cleared and announced), and
+        the interpreter feeds have no feed id until published again."""
+        for feed_id in list(self.subscribers):
+            self._on_gone(feed_id)
+        for feed in self.feeds.values():
+            feed.feed_id = None
+
     async def add(self, p: Participant) -> None:
-        """Admit ``p`` (its token, its language's interpreter feed); raises RoomFull or JanusError."""
+        """Admit ``p`` (its token, its language's interpreter feed); raises RoomFull or JanusError (502
+        ``sfu_reconnecting`` while the connection to Janus is being restored or is lost; a lost one starts another
+        round of reconnects)."""
         await self.ready()
+        if self.sfu_state == "lost":  # someone wants in: one more bounded round of reconnects
+            self.sfu_state = "reconnecting"
+            self._spawn(reconnect(self, "a participant is joining"), f"sfu-reconnect-{self.name}")
+        if self.sfu_state != "connected":
+            raise JanusError(f"the SFU connection of room {self.name!r} is {self.sfu_state}; join again in a moment",
+                             code="sfu_reconnecting")
         speakers = sum(1 for x in self.members.values() if x.role == "speaker")
         if p.role == "speaker" and speakers >= self.max_speakers:
             raise RoomFull(f"room {self.name!r} has {self.max_speakers} speakers already (sfu_max_speakers)")
@@ -176,8 +204,7 @@ class SfuBridge:
         cap = int(getattr(self.settings, "room_max_pairs", 12))
         for language in sorted(wanted):
             if language not in self.feeds and len(self.feeds) < cap:
-                feed = self.feeds[language] = InterpreterFeed(self, language)
-                self._spawn(self._start_feed(feed), f"sfu-feed-{language}")
+                self.feeds[language] = InterpreterFeed(self, language)
         for language in [lang for lang in self.feeds if lang not in wanted]:
             feed = self.feeds.pop(language)
             for x in self.members.values():
@@ -188,6 +215,15 @@ class SfuBridge:
         for x in self.members.values():
             feed = self.feeds.get(x.listen_language) if x.role == "listener" else None
             x.feed_speech = feed.speech if feed is not None and x.interpret and x.listen_speech else None
+        if self.sfu_state == "connected":
+            self.publish_wanted()
+
+    def publish_wanted(self) -> None:
+        """Start every interpreter feed not started on the current connection."""
+        for feed in self.feeds.values():
+            if not feed.started:
+                feed.started = True
+                self._spawn(self._start_feed(feed), f"sfu-feed-{feed.language}")
 
     async def _start_feed(self, feed: InterpreterFeed) -> None:
         try:
@@ -249,8 +285,13 @@ class SfuBridge:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _lost(self, reason: str) -> None:
-        log.warning("room %s: the SFU connection is gone (%s): no more SFU audio for this room", self.name, reason)
+    def _lost(self, client: JanusClient, reason: str) -> None:
+        """``client`` lost its connection: reconnect, unless it is not the current one, the room is still opening
+        (its opening fails), has ended, or a reconnect runs already (it checks the connection it makes)."""
+        if client is not self.client or self.closed or self._ready is None or not self._ready.done() \
+                or self.sfu_state == "reconnecting":
+            return
+        self._spawn(reconnect(self, reason), f"sfu-reconnect-{self.name}")
 
     # --- Janus events ------------------------------------------------------------------------------------
 
@@ -327,4 +368,5 @@ class SfuBridge:
     def stats(self) -> dict[str, Any]:
         return {"sfu_room": self.room_id, "speakers": len(self.members) - self.listener_count,
                 "listeners": self.listener_count, "subscriptions": len(self.subscribers),
-                "interpreter_feeds": self.interpreter_feeds}
+                "interpreter_feeds": self.interpreter_feeds, "sfu_state": self.sfu_state,
+                "reconnects": self.reconnects}

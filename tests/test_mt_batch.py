@@ -1,0 +1,204 @@
+"""Batched translation (issue 25): translations waiting together (one caption final into each listener language)
+reach the embedded translator as one ``run_batch`` and go to the chat engine as one ``generate_many`` of at most
+``mt_max_batch``; a chat engine without ``generate_many`` gets them one at a time. Scripted chat engines (the real
+``ChatEngine`` contract) on a real worker; the batched decode itself is tested in tests/test_llm_batch.py."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from rtc_agent.apps.interpret.text_route import FinalsTranslator
+from rtc_agent.config import Settings, SettingsError
+from rtc_agent.config.validation import validate
+from rtc_agent.engines import mt
+from rtc_agent.engines.llm import CancelToken, ChatJob, ChatRequest, ChatResult
+from rtc_agent.engines.mt import ChatTranslationEngine, TextTranslateRequest
+from rtc_agent.errors import EngineError
+from rtc_agent.protocol.events import CaptionFinal
+from rtc_agent.worker import EngineSpec, Worker
+from tests.fakes import ScriptedChat
+
+REPLIES = {"Spanish": "Buenos días.", "German": "Guten Morgen.", "Italian": "Buongiorno.", "French": "Bonjour."}
+
+
+def settings(**values: object) -> Settings:
+    return dataclasses.replace(Settings(), **values)
+
+
+class BatchingChat(ScriptedChat):
+    """A scripted chat engine with ``generate_many``: answers each request with the reply for the language its
+    system prompt names, records the size of every batch, and can hold a generation until ``gate`` is set."""
+
+    def __init__(self, *, fail: str | None = None) -> None:
+        super().__init__(default="unused")
+        self.batches: list[int] = []
+        self.singles: list[str] = []
+        self.fail = fail  # a language whose reply runs past its limit
+        self.gate = threading.Event()
+        self.gate.set()
+        self.running = threading.Event()
+
+    def reply_for(self, request: ChatRequest) -> ChatResult:
+        system = str(request.messages[0]["content"])
+        language = next((name for name in REPLIES if f"into {name}" in system), "")
+        finish = "length" if language == self.fail else "stop"
+        return ChatResult(text=REPLIES.get(language, "ok"), finish_reason=finish, model=self.model_name)
+
+    def generate(self, request, cancel):  # type: ignore[no-untyped-def]
+        self.running.set()
+        self.gate.wait(10)
+        self.singles.append(str(request.messages[-1]["content"]))
+        self.replies.append(self.reply_for(request).text)
+        yield from super().generate(request, cancel)
+
+    def generate_many(self, requests: Sequence[ChatRequest],
+                      cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
+        self.running.set()
+        self.gate.wait(10)
+        self.batches.append(len(requests))
+        return [self.reply_for(r) for r in requests]
+
+
+def request(target: str, text: str = "Good morning.") -> TextTranslateRequest:
+    return TextTranslateRequest(text, "en", target)
+
+
+def test_translate_many_is_one_batched_generate() -> None:
+    chat = BatchingChat()
+    engine = ChatTranslationEngine(chat, kind="embedded", max_batch=4)
+    results = engine.run_batch([request("es"), request("de"), request("it")])
+    assert chat.batches == [3] and not chat.singles
+    assert [r.text for r in results] == ["Buenos días.", "Guten Morgen.", "Buongiorno."]
+    assert {r.engine for r in results} == {"embedded:scripted"}
+    chat.batches.clear()
+    five = engine.run_batch([request(t) for t in ("es", "de", "it", "fr", "es")])
+    assert chat.batches == [4, 1] and len(five) == 5  # max_batch bounds one generate_many
+    # the same language, a bad request and a failed reply fail only themselves
+    mixed = engine.run_batch([request("es"), "not a request", request("en"), request("de")])
+    assert mixed[0].text == "Buenos días." and isinstance(mixed[1], TypeError)
+    assert mixed[2].text == "Good morning." and mixed[3].text == "Guten Morgen."
+    failing = ChatTranslationEngine(BatchingChat(fail="German"), kind="embedded")
+    out = failing.run_batch([request("es"), request("de")])
+    assert out[0].text == "Buenos días." and isinstance(out[1], EngineError) and out[1].code == "mt_bad_output"
+    with pytest.raises(ValueError):
+        ChatTranslationEngine(chat, kind="embedded", max_batch=0)
+
+
+def test_a_failed_batch_fails_each_request_and_a_chat_without_batches_goes_one_by_one() -> None:
+    class Broken(BatchingChat):
+        def generate_many(self, requests, cancel=None):  # type: ignore[no-untyped-def]
+            raise RuntimeError("out of memory")
+
+    out = ChatTranslationEngine(Broken(), kind="embedded").run_batch([request("es"), request("de")])
+    assert all(isinstance(r, RuntimeError) for r in out)
+    plain = ScriptedChat("Buenos días.", "Guten Morgen.")  # no generate_many: one chat call per translation
+    results = ChatTranslationEngine(plain, kind="openai").run_batch([request("es"), request("de")])
+    assert [r.text for r in results] == ["Buenos días.", "Guten Morgen."] and len(plain.requests) == 2
+
+
+def test_mt_max_batch_is_a_validated_setting_on_the_embedded_spec() -> None:
+    assert Settings().mt_max_batch == 4
+    for good in (1, 16):
+        validate(settings(mt_max_batch=good))
+    for bad in (0, 17, -1):
+        with pytest.raises(SettingsError, match="mt_max_batch"):
+            validate(settings(mt_max_batch=bad))
+    [spec] = mt.engine_specs(settings(mt_max_batch=6))
+    assert spec.max_batch == 6 and spec.shares == "llm"
+    assert spec.adapt is not None and spec.adapt(BatchingChat()).max_batch == 6  # type: ignore[attr-defined]
+    [own] = mt.engine_specs(settings(mt_max_batch=2, mt_model="smollm2-135m"))  # a model of its own
+    assert own.shares is None and own.max_batch == 2
+
+
+def shared_worker(chat: BatchingChat, **values: object) -> Worker:
+    """``chat`` as the worker's ``llm`` engine and the default embedded ``mt`` spec on its lane."""
+    worker = Worker()
+    worker.add(EngineSpec(name="llm", factory=lambda: chat, max_queue=16, yields_to=("tts", "asr")))
+    [spec] = mt.engine_specs(settings(**values))
+    worker.add(spec)
+    return worker
+
+
+async def test_translations_waiting_together_go_as_one_batch_on_the_shared_lane() -> None:
+    chat = BatchingChat()
+    worker = shared_worker(chat)
+    try:
+        results = await asyncio.gather(*(worker.call("mt", request(t), timeout=10) for t in ("es", "de", "it")))
+        assert [r.text for r in results] == ["Buenos días.", "Guten Morgen.", "Buongiorno."]
+        assert chat.batches == [3] and worker.stats()["mt"]["batches"] == 1
+        # an agent turn holds the lane: what queues meanwhile goes as batches of mt_max_batch, never with the
+        # agent's waiting turn, and before it
+        chat.gate.clear()
+        chat.running.clear()
+        turn = ChatJob(ChatRequest(messages=[{"role": "user", "content": "agent turn"}]))
+        first = asyncio.ensure_future(worker.call("llm", turn, timeout=10))
+        while not chat.running.is_set():
+            await asyncio.sleep(0.005)
+        waiting = asyncio.ensure_future(worker.call("llm", ChatRequest(messages=[{"role": "user", "content": "next"}]),
+                                                    timeout=10))
+        await asyncio.sleep(0.01)
+        calls = [asyncio.ensure_future(worker.call("mt", request(t), timeout=10))
+                 for t in ("es", "de", "it", "fr", "es")]
+        await asyncio.sleep(0.05)
+        chat.gate.set()
+        await asyncio.gather(first, waiting, *calls)
+        # four in one batch, the fifth alone (a lone translation is one chat call), all before the waiting turn
+        assert chat.batches == [3, 4] and chat.singles == ["agent turn", "Good morning.", "next"]
+        assert worker.stats()["llm"]["batches"] == 2 and worker.stats()["mt"]["mean_batch_size"] == round(8 / 3, 3)
+    finally:
+        chat.gate.set()
+        await worker.close()
+
+
+async def test_one_final_into_three_languages_is_one_batch() -> None:
+    """The text route: a speaker's final, translated for its Spanish, German and Italian listeners (one
+    ``FinalsTranslator`` per language, as a call room makes them), reaches the model as one batch."""
+    chat = BatchingChat()
+    worker = shared_worker(chat)
+    events: list[Any] = []
+    translators = [FinalsTranslator(worker, target, events.append, lambda: 5_000) for target in ("es", "de", "it")]
+    tasks = [asyncio.ensure_future(t.run()) for t in translators]
+    try:
+        final = CaptionFinal(segment_id="s1", text="Good morning.", audio_start_ms=0, audio_end_ms=1_000, language="en")
+        for translator in translators:
+            translator.push(final)
+        await asyncio.wait_for(asyncio.gather(*(t.drained() for t in translators)), 10)
+        chunks = sorted(e.text for e in events if e.type == "translation.chunk")
+        assert chunks == ["Buenos días.", "Buongiorno.", "Guten Morgen."] and chat.batches == [3]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await worker.close()
+
+
+async def test_mt_max_batch_1_translates_one_at_a_time() -> None:
+    chat = BatchingChat()
+    worker = shared_worker(chat, mt_max_batch=1)
+    try:
+        await asyncio.gather(*(worker.call("mt", request(t), timeout=10) for t in ("es", "de", "it")))
+        assert not chat.batches and len(chat.singles) == 3 and worker.stats()["mt"]["batches"] == 3
+    finally:
+        await worker.close()
+
+
+async def test_the_queue_hands_out_one_engines_requests_and_leaves_the_others_in_order() -> None:
+    from rtc_agent.worker.request_queue import PendingRequest, RequestQueue
+
+    loop = asyncio.get_running_loop()
+    queue = RequestQueue(8)
+    items = [PendingRequest(name, loop.create_future(), 0.0, view=view, urgent=urgent)
+             for name, view, urgent in (("turn 1", None, False), ("mt 1", "mt", True), ("turn 2", None, False),
+                                        ("mt 2", "mt", True), ("mt 3", "mt", False))]
+    for pending in items:
+        queue.put_nowait(pending)
+    items[3].future.cancel()  # its caller went away
+    assert queue.get_nowait("mt").request == "mt 1"
+    assert queue.get_nowait("mt").request == "mt 3"  # urgent ones first, the abandoned one skipped
+    assert queue.get_nowait("mt") is None and await queue.get(0.01, "mt") is None
+    assert [queue.get_nowait().request for _ in range(2)] == ["turn 1", "turn 2"] and queue.get_nowait() is None
