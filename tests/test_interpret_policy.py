@@ -426,18 +426,19 @@ async def test_speech_plays_in_order_and_catches_up_when_it_lags():
         speaker.say("second part", 900)  # 3000 + 1000 queued - 900 = 3100 ms > 2000: faster
         await _drain(speaker, synth, 2)
         clock["ms"] = 9000
-        speaker.say("stale part", 1000)  # 8000+ ms > 2 x 2000: skipped
-        await _drain(speaker, synth, 3)
+        speaker.say("stale part", 1000)  # 8000+ ms > 2 x 2000 with newer text behind it: skipped
+        speaker.say("latest part", 1100)  # as late, but the newest: spoken, at the fastest speed
+        await _drain(speaker, synth, 4)
     finally:
         task.cancel()
-    assert [t for t, _ in synth.texts] == ["first part", "second part"]
-    assert synth.texts[0][1] == 1.0 and synth.texts[1][1] > 1.0
-    assert len(sink.played) == 2
+    assert [t for t, _ in synth.texts] == ["first part", "second part", "latest part"]
+    assert synth.texts[0][1] == 1.0 and synth.texts[1][1] > 1.0 and synth.texts[2][1] == speaker.max_speed
+    assert len(sink.played) == 3
     kinds = [(e.action, e.skipped_text) for e in events if e.type == "translation.speech.catchup"]
     assert ("speed", "") in kinds and ("skip", "stale part") in kinds
     assert speaker.stats()["skipped"] == 1
     started = [e for e in events if e.type == "translation.speech.started"]
-    assert [e.text for e in started] == ["first part", "second part"]  # each spoken text is announced once
+    assert [e.text for e in started] == ["first part", "second part", "latest part"]  # each one announced once
     assert started[1].starts_in_ms > 0  # the first was still queued ahead of the second
     for handle in sink.handles:
         handle.done.set_result(handle.sent_ms)

@@ -6,16 +6,19 @@ real worker; the real model is in tests/test_mt_real.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 
+import numpy as np
 import pytest
 
 from rtc_agent.config import Settings
 from rtc_agent.engines import engine_specs as all_engine_specs
-from rtc_agent.engines import mt
+from rtc_agent.engines import mt, tts
 from rtc_agent.engines.llm import ChatJob, ChatRequest
 from rtc_agent.engines.mt import ChatTranslationEngine, TextTranslateRequest
+from rtc_agent.engines.tts.base import OneAtATime, Synthesis, SynthesisRequest
 from rtc_agent.errors import AtCapacity
 from rtc_agent.worker import EngineSpec, Worker
 from tests.fakes import ScriptedChat
@@ -204,3 +207,65 @@ async def test_a_translation_does_not_step_aside_as_agent_turns_do() -> None:
     waited = dict(chat.waited)
     assert waited["agent turn"] >= 0.25 and waited["next turn"] >= 0.25  # the agent steps aside (the host's hooks)
     assert waited["Thank you."] == 0.0  # the translation does not, and the host's hooks are back after it
+
+
+class ClauseVoice(OneAtATime):
+    """An embedded voice whose clauses take no time; records the seconds each waited at its checkpoint."""
+
+    def __init__(self) -> None:
+        self.waited: list[float] = []
+        self._loaded = False
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def load(self, progress: object) -> None:
+        self._loaded = True
+
+    def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
+        checkpoint = self.checkpoint
+        self.checkpoint = lambda: self.waited.append(checkpoint()) or 0.0  # type: ignore[method-assign]
+        try:
+            return super().run_batch(requests)
+        finally:
+            self.checkpoint = checkpoint  # type: ignore[method-assign]
+
+    def _synthesize(self, request: SynthesisRequest) -> Synthesis:
+        return Synthesis(pcm=np.zeros(160, dtype=np.int16), sample_rate=16000, text=request.text, voice="v",
+                         speed=request.speed)
+
+
+async def test_a_voice_steps_aside_for_a_translation_on_the_llm_lane_not_for_an_agent_turn() -> None:
+    voice = ClauseVoice()
+    marks: dict[str, tuple[bool, bool]] = {}
+
+    class MarkingChat(ScriptedChat):
+        """Records, per request, whether the gate had ``mt`` and ``llm`` busy while it decoded."""
+
+        def generate(self, request, cancel):  # type: ignore[no-untyped-def]
+            marks[request.messages[-1]["content"]] = (worker.priority.busy(["mt"]), worker.priority.busy(["llm"]))
+            yield from super().generate(request, cancel)
+
+    worker = Worker()
+    worker.add(EngineSpec(name="llm", factory=lambda: MarkingChat(default="ok"), yields_to=("tts", "asr")))
+    [spec] = mt.engine_specs(Settings())
+    worker.add(spec)
+    worker.add(dataclasses.replace(tts.engine_spec(Settings()), factory=lambda: voice))  # the real registration
+    try:
+        await worker.call("mt", TextTranslateRequest("Thank you.", "en", "es"), timeout=10)
+        await worker.call("llm", ChatRequest(messages=[{"role": "user", "content": "agent turn"}]), timeout=10)
+        for busy, name in ((0.0, None), (0.25, "mt"), (0.0, "llm")):
+            hold = worker.priority.running(name) if name else contextlib.nullcontext()
+            release = asyncio.get_running_loop().call_later(0.3, hold.__exit__, None, None, None)
+            hold.__enter__()
+            try:
+                await worker.call("tts", SynthesisRequest("Hola."), timeout=10)
+            finally:
+                release.cancel()
+                hold.__exit__(None, None, None)
+            assert voice.waited[-1] >= busy and (busy or voice.waited[-1] < 0.2), (name, voice.waited)
+    finally:
+        await worker.close()
+    assert marks["Thank you."] == (True, False)  # a translation on the LLM's lane is marked as mt's
+    assert marks["agent turn"] == (False, True)

@@ -33,8 +33,10 @@ logger = logging.getLogger("rtc_agent.worker")
 
 def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate, name: str,
                    host: Engine | None = None, hooks: Any = None) -> tuple[Any, float, float]:
-    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times. For a
-    view, ``host`` is the lane's engine and ``hooks`` the view's step hooks (:func:`hooks_of`)."""
+    """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times.
+    ``name`` (the engine's own, a view's included: a translation on the LLM's lane is ``mt``) is marked busy in
+    ``gate`` meanwhile, for the engines that yield to it. For a view, ``host`` is the lane's engine and ``hooks``
+    the view's step hooks (:func:`hooks_of`)."""
     start = time.monotonic()
     try:
         with gate.running(name), hooks_of(host, hooks) if host is not None else contextlib.nullcontext():
@@ -255,7 +257,7 @@ class EngineLane:
         owner.in_flight += n
         try:
             outcome, start, end = await asyncio.get_running_loop().run_in_executor(
-                self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, self.spec.name,
+                self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, name,
                 host if view is not None else None, hooks)
         except Exception as exc:  # e.g. the executor was shut down
             self.fail(batch, lambda who, exc=exc: engine_failure(who, exc))

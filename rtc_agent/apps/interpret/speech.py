@@ -8,7 +8,10 @@ The speech lag of a piece of text is how far behind the speaker it will be heard
 ahead of it - source_end_ms``. When it exceeds ``max_lag_ms`` the speaker catches up:
 
 - faster speech: the TTS speed rises with the lag (up to ``max_speed``), read again for every clause;
-- skipping stale text: a piece whose lag exceeds ``skip_lag_ms`` is not spoken at all (it stays on screen).
+- skipping stale text: a piece whose lag exceeds ``skip_lag_ms`` is not spoken at all (it stays on screen) when
+  newer text waits behind it. The newest text is always spoken (at the speed its lag asks for): skipping it wins
+  no time back when the text itself arrives late (a machine slower than the speech), it only silences the
+  listener.
 
 Every change is announced with a :class:`TranslationSpeechCatchup` event (``action``: ``speed`` when speeding up
 or changing speed, ``skip`` for skipped text, ``normal`` when back to normal speed).
@@ -56,8 +59,9 @@ class TranslationSpeaker:
     """Speaks translations with catch-up; see the module docstring. Run :meth:`run` as a session task.
 
     - ``max_lag_ms``: above this lag speech speeds up; ``skip_lag_ms`` (default twice that): text this late is
-      skipped. ``max_speed``: the fastest TTS speed. ``max_ahead_ms``: most synthesized speech queued ahead of the
-      playhead (synthesis waits beyond it). ``max_pieces``: texts waiting for synthesis (the oldest are skipped).
+      skipped when newer text waits. ``max_speed``: the fastest TTS speed. ``max_ahead_ms``: most synthesized
+      speech queued ahead of the playhead (synthesis waits beyond it). ``max_pieces``: texts waiting for synthesis
+      (the oldest are skipped).
     - ``speaker`` / ``language``: set on every speech event (app ``call``: whose interpretation, into what).
     """
 
@@ -150,7 +154,7 @@ class TranslationSpeaker:
             piece = await self._pieces.get()
             lag = self.lag_ms(piece.source_end_ms)
             self.last_lag_ms = lag
-            if lag > self.skip_lag_ms:
+            if lag > self.skip_lag_ms and len(self._pieces):
                 self._announce_skip(piece, lag)
                 continue
             text = speakable(piece.text)

@@ -127,7 +127,7 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
         language = next(iter(engine_languages(settings)))
         return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads,
                                                                  language=language),
-                          max_queue=64, max_batch=1, concurrency=1)
+                          max_queue=64, max_batch=1, concurrency=1, **_YIELD_TO_TRANSLATIONS)
     if kind == "openai":
         if not settings.tts_url.strip():
             raise SettingsError("tts_engine 'openai' needs tts_url (e.g. --tts-url http://host:8000/v1)")
@@ -154,6 +154,13 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
     raise SettingsError(f"unknown tts_engine {settings.tts_engine!r}: use 'embedded' (Piper) or 'openai'")
 
 
+#: Embedded voices synthesize a clause only once no text translation decodes (``mt``, the engine of
+#: :mod:`rtc_agent.engines.mt`), waiting at most ``yield_max_s``: a listener waits for that text, and on a small CPU
+#: the two running at once slow each other down several times over (measured on 2 cores: a batch of three
+#: translations 2.5 s alone, 7.5 s beside Kokoro clauses).
+_YIELD_TO_TRANSLATIONS: dict[str, Any] = {"yields_to": ("mt",), "yield_max_s": 3.0}
+
+
 def kokoro_spec(settings: Settings) -> EngineSpec:
     """The worker registration of the multilingual Kokoro voice (``"tts-kokoro"``; loads at first use): the
     languages and voices of ``kokoro_voices``, ``kokoro_threads`` CPU threads, one clause at a time."""
@@ -167,7 +174,8 @@ def kokoro_spec(settings: Settings) -> EngineSpec:
                             threads=threads)
 
     factory()  # validates the voices and languages now; cheap, loads nothing
-    return EngineSpec(name=KOKORO_ENGINE_NAME, factory=factory, max_queue=64, max_batch=1, concurrency=1)
+    return EngineSpec(name=KOKORO_ENGINE_NAME, factory=factory, max_queue=64, max_batch=1, concurrency=1,
+                      **_YIELD_TO_TRANSLATIONS)
 
 
 def engine_specs(settings: Settings) -> list[EngineSpec]:

@@ -170,7 +170,15 @@ class TTSEngine(Protocol):
 
 class OneAtATime:
     """``synthesize`` and ``run_batch`` for an embedded engine that speaks one request at a time: a subclass sets
-    ``loaded`` (True after ``load``) and implements ``_synthesize(request)``."""
+    ``loaded`` (True after ``load``) and implements ``_synthesize(request)``.
+
+    ``checkpoint`` runs before each request of a batch: the worker replaces it with its priority hook when the
+    engine is registered with ``yields_to`` (its clauses step aside while a translation decodes).
+    """
+
+    def checkpoint(self) -> float:
+        """Wait for the engines this one yields to (none unless the worker set a hook); the seconds waited."""
+        return 0.0
 
     @property
     def loaded(self) -> bool:
@@ -191,7 +199,12 @@ class OneAtATime:
     def run_batch(self, requests: list[SynthesisRequest]) -> list[Synthesis | Exception]:
         """One ``Synthesis`` or ``Exception`` per request, in order (run one after the other)."""
         self._require_loaded()
-        return run_each(requests, self._synthesize, kind=SynthesisRequest)
+
+        def one(request: SynthesisRequest) -> Synthesis:
+            self.checkpoint()
+            return self._synthesize(request)
+
+        return run_each(requests, one, kind=SynthesisRequest)
 
 
 def check_text(text: str, max_chars: int = MAX_TEXT_CHARS) -> str:
