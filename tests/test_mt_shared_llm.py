@@ -6,7 +6,6 @@ real worker; the real model is in tests/test_mt_real.py."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import threading
 
@@ -236,6 +235,12 @@ class ClauseVoice(OneAtATime):
                          speed=request.speed)
 
 
+async def hold(worker: Worker, name: str, seconds: float) -> None:
+    """Mark ``name`` busy in ``worker``'s priority gate for ``seconds``, as a batch of that engine would."""
+    with worker.priority.running(name):
+        await asyncio.sleep(seconds)
+
+
 async def test_a_voice_steps_aside_for_a_translation_on_the_llm_lane_not_for_an_agent_turn() -> None:
     voice = ClauseVoice()
     marks: dict[str, tuple[bool, bool]] = {}
@@ -256,14 +261,11 @@ async def test_a_voice_steps_aside_for_a_translation_on_the_llm_lane_not_for_an_
         await worker.call("mt", TextTranslateRequest("Thank you.", "en", "es"), timeout=10)
         await worker.call("llm", ChatRequest(messages=[{"role": "user", "content": "agent turn"}]), timeout=10)
         for busy, name in ((0.0, None), (0.25, "mt"), (0.0, "llm")):
-            hold = worker.priority.running(name) if name else contextlib.nullcontext()
-            release = asyncio.get_running_loop().call_later(0.3, hold.__exit__, None, None, None)
-            hold.__enter__()
-            try:
-                await worker.call("tts", SynthesisRequest("Hola."), timeout=10)
-            finally:
-                release.cancel()
-                hold.__exit__(None, None, None)
+            holder = asyncio.create_task(hold(worker, name, 0.3)) if name else None
+            await asyncio.sleep(0)  # the holder has marked ``name`` busy
+            await worker.call("tts", SynthesisRequest("Hola."), timeout=10)
+            if holder is not None:
+                await holder
             assert voice.waited[-1] >= busy and (busy or voice.waited[-1] < 0.2), (name, voice.waited)
     finally:
         await worker.close()
