@@ -31,6 +31,7 @@ from tests.browser import Served, browser_test, launch_page
 from tests.conftest import RunningServer, free_port, run_server
 from tests.nodes import NODE_SECRET, FailoverAddress, Node, scripted_engines, spoken_text
 from tests.test_auth import KEY, bearer
+from tests.test_realtime_calls import Caller
 from tests.test_state_store import redis_url  # noqa: F401  (the Redis server fixture)
 
 ROOM = "standup"
@@ -151,6 +152,10 @@ async def test_participants_through_two_nodes_meet_in_one_room_on_its_owner(node
         await eventually(lambda: roster(ana) == roster(ben) == {"Ana", "Ben"}, 20, "one room of two")
         assert set(a.registry.active) == {ana.session_id, ben.session_id} and not b.registry.active
         assert list(await lease_holders(redis_clean, ROOM)) == [a.url]
+        for node in (a, b):  # who is in the room, asked at either node: alpha, which hosts it, answers
+            async with ben.http.get(f"{node.url}/v1/rooms/{ROOM}", headers=bearer(KEY)) as r:
+                assert r.status == 200
+                assert sorted(p["name"] for p in (await r.json())["participants"]) == ["Ana", "Ben"]
         # Ben's session requests reach beta and are forwarded to alpha, with Ben's own session token
         info = await ben.session_info()
         assert info["session_id"] == ben.session_id and info["config"]["room"] == ROOM
@@ -192,6 +197,17 @@ async def test_single_user_sessions_stay_on_the_node_that_answered(nodes):
         assert peer.session_id in b.registry.active and not a.registry.active
         async with peer.http.get(f"{a.url}/v1/sessions/{peer.session_id}", headers=peer.auth_headers) as r:
             assert r.status == 200 and (await r.json())["app"] == "echo"  # asked at alpha, answered by beta
+    caller = Caller()
+    try:  # an OpenAI Realtime call answered by beta, hung up through alpha
+        assert await caller.call(b.url, KEY) == 201
+        call_id = caller.location.rsplit("/", 1)[-1]
+        assert call_id in b.registry.active and call_id not in a.registry.active
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{a.url}/v1/realtime/calls/{call_id}/hangup", headers=bearer(KEY)) as r:
+            assert r.status == 200, await r.text()
+        await eventually(lambda: call_id not in b.registry.active, 10, "the call ended on beta")
+    finally:
+        await caller.close()
 
 
 async def test_a_budget_is_one_over_every_node_and_a_forwarded_offer_spends_it_once(nodes, redis_clean):

@@ -69,6 +69,21 @@ async def _publishing(janus: Janus, room_id: int) -> list[str]:
         await client.close()
 
 
+async def _listener_and_speaker(url: str, room: str,
+                                peers: list[ClientPeer]) -> tuple[ClientPeer, dict[str, Any]]:
+    """A Spanish listener, then an English speaker, joined to SFU room ``room`` (both added to ``peers`` to
+    close): the listener and the speaker's ``room.joined``."""
+    config = {"room": room, "mode": "sfu", "language": "en"}
+    listener = ClientPeer(url, "call", receive_audio=False,
+                          config={**config, "name": "Lis", "role": "listener", "listen_language": "es"})
+    speaker = ClientPeer(url, "call", receive_audio=False, config={**config, "name": "Ana"})
+    peers += [listener, speaker]
+    await listener.connect()
+    await listener.wait_for("room.joined", timeout=DEADLINE_S)
+    await speaker.connect()
+    return listener, await speaker.wait_for("room.joined", timeout=DEADLINE_S)
+
+
 @pytest.mark.parametrize("transport", ["ws", "http"])
 async def test_the_room_comes_back_after_janus_restarts(start_server, tmp_path: Path, voices, transport: str) -> None:
     peers: list[ClientPeer] = []
@@ -76,15 +91,7 @@ async def test_the_room_comes_back_after_janus_restarts(start_server, tmp_path: 
     with contextlib.ExitStack() as first:
         janus = first.enter_context(run_janus(tmp_path))
         server = await start_server(**_settings(janus, transport, sfu_reconnect_attempts=40))
-        config = {"room": "restart", "mode": "sfu", "language": "en"}
-        listener = ClientPeer(server.url, "call", receive_audio=False,
-                              config={**config, "name": "Lis", "role": "listener", "listen_language": "es"})
-        speaker = ClientPeer(server.url, "call", receive_audio=False, config={**config, "name": "Ana"})
-        peers += [listener, speaker]
-        await listener.connect()
-        await listener.wait_for("room.joined", timeout=DEADLINE_S)
-        await speaker.connect()
-        joined = await speaker.wait_for("room.joined", timeout=DEADLINE_S)
+        listener, joined = await _listener_and_speaker(server.url, "restart", peers)
         room_id = joined["sfu"]["room"]
         before = await listener.wait_for("room.sfu.updated", lambda e: "es" in e["interpreter_feeds"],
                                          timeout=DEADLINE_S)
@@ -139,15 +146,7 @@ async def test_a_dropped_connection_finds_the_room_still_there(start_server, tmp
     with run_janus(tmp_path) as janus:
         server = await start_server(**_settings(janus, "ws", sfu_reconnect_attempts=10))
         try:
-            config = {"room": "blip", "mode": "sfu", "language": "en"}
-            listener = ClientPeer(server.url, "call", receive_audio=False,
-                                  config={**config, "name": "Lis", "role": "listener", "listen_language": "es"})
-            speaker = ClientPeer(server.url, "call", receive_audio=False, config={**config, "name": "Ana"})
-            peers += [listener, speaker]
-            await listener.connect()
-            await listener.wait_for("room.joined", timeout=DEADLINE_S)
-            await speaker.connect()
-            joined = await speaker.wait_for("room.joined", timeout=DEADLINE_S)
+            listener, joined = await _listener_and_speaker(server.url, "blip", peers)
             bridge = server.app[ROOMS].sfu.bridges["blip"]
             await listener.wait_for("room.sfu.updated", lambda e: "es" in e["interpreter_feeds"], timeout=DEADLINE_S)
             # the speaker publishes a long stretch of bursts; rtc-agent's own socket to Janus then drops

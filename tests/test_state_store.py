@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import stat
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from rtc_agent.config import Settings
 from rtc_agent.redact import redact_text
 from rtc_agent.state import Limits, MemoryStore, SqliteStore, StateLimitError, StateStore, open_store, sqlite_path
 from tests.conftest import free_port
+from tests.redis_server import run_redis
 
 SHORT = 0.25  # seconds: a time to live the test waits past
 LONG = 600.0
@@ -28,28 +26,8 @@ LONG = 600.0
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server): the Redis backend is untested")
-    port, folder = free_port(), tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
-                             "--save", "", "--appendonly", "no", "--requirepass", "state-test-password-123"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import redis
-
-        client = redis.Redis(port=port, password="state-test-password-123")
-        for _ in range(200):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        client.close()
-        yield f"redis://:state-test-password-123@127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with run_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 BACKENDS = ["memory", "sqlite", "redis"]

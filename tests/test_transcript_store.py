@@ -221,6 +221,36 @@ async def test_ended_meetings_stay_readable_within_ttl_and_kept_and_their_links_
     await second.meetings.close_store()
 
 
+async def test_servers_ending_meetings_in_the_same_instant_each_list_theirs(settings, store, monkeypatch):
+    """The ended meetings' index is read, changed and written back; two servers doing so at once (the reads
+    slowed here so that they overlap) each add their meeting, under the index lease."""
+    from rtc_agent.apps.call.meeting_store import ENDED_INDEX
+
+    real_get = store.get
+
+    async def slow_get(key: str) -> str | None:
+        value = await real_get(key)
+        if key == ENDED_INDEX:
+            await asyncio.sleep(0.05)  # the other server reads the same index meanwhile
+        return value
+
+    monkeypatch.setattr(store, "get", slow_get)
+    clock = Clock()
+    servers = [server(settings, store, clock) for _ in range(2)]
+    for name, registry in zip(("left", "right"), servers, strict=True):
+        room = registry.join(name, person("a", settings))
+        say(room, "a", f"said in {name}", "s1")
+        room.leave("a")
+    clock.now += servers[0].meetings.grace_s + 1
+    for registry in servers:
+        registry.meetings.sweep()  # both end now: two index updates in flight at once
+    await asyncio.gather(*(registry.meetings.close_store() for registry in servers))
+    reader = server(settings, store, clock)
+    assert texts(await reader.meetings.read_transcript("left")) == ["said in left"]
+    assert texts(await reader.meetings.read_transcript("right")) == ["said in right"]
+    await reader.meetings.close_store()
+
+
 class BrokenStore(MemoryStore):
     """A store whose lists fail (a Redis server gone)."""
 

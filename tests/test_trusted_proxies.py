@@ -135,6 +135,22 @@ def test_an_open_server_behind_a_trusted_proxy_refuses_to_start_unless_told() ->
                                                           api_keys=[KEY]))
 
 
+def test_https_is_what_the_trusted_proxy_next_to_us_says() -> None:
+    def https(*headers: tuple[str, str], remote: str = PROXY, header: str = "x-forwarded-for") -> bool:
+        return TrustedProxies(("127.0.0.1/32",), header).https(remote, CIMultiDict(headers))
+
+    assert https(("X-Forwarded-Proto", "https"))
+    assert https(("X-Forwarded-Proto", "http, https"))  # the right-most: what the proxy next to us received
+    assert not https(("X-Forwarded-Proto", "https, http"))
+    assert not https(("X-Forwarded-Proto", "https"), remote="203.0.113.9")  # an untrusted peer says nothing
+    assert not https() and not https(("X-Forwarded-Proto", "ftp"))
+    assert not https(("X-Forwarded-Proto", "https"), header="forwarded")  # only the named header's family counts
+    assert https(("Forwarded", "for=6.6.6.6;proto=http, for=203.0.113.14;proto=https"), header="forwarded")
+    assert not https(("Forwarded", "for=203.0.113.14;proto=https, for=10.0.0.2"), header="forwarded")
+    assert not https(("Forwarded", '"for=1.2.3.4;proto=https'), header="forwarded")  # unreadable: not https
+    assert not TrustedProxies().https(PROXY, CIMultiDict([("X-Forwarded-Proto", "https")]))
+
+
 # --- through a real server ----------------------------------------------------------------------------------------
 
 async def login_statuses(http: aiohttp.ClientSession, url: str, client: str | None, times: int,
@@ -261,3 +277,20 @@ async def test_pending_caps_per_network_count_the_clients_behind_the_proxy(start
         assert status == 201, body
     finally:
         await client.close()
+
+
+async def test_the_sign_in_cookie_is_secure_when_a_trusted_proxy_terminated_tls(start_server) -> None:
+    def form(extra: dict[str, str]) -> dict[str, str]:
+        return {"Content-Type": "application/x-www-form-urlencoded", "X-Forwarded-For": "203.0.113.7", **extra}
+
+    async def cookie(url: str, extra: dict[str, str]) -> str:
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{url}/login", data=f"key={KEY}&next=/", headers=form(extra), allow_redirects=False) as r:
+            assert r.status == 303
+            return r.headers["Set-Cookie"]
+
+    behind = await start_server(api_keys=[KEY], trusted_proxies=["127.0.0.1/32"])
+    assert "Secure" in await cookie(behind.url, {"X-Forwarded-Proto": "https"})
+    assert "Secure" not in await cookie(behind.url, {"X-Forwarded-Proto": "http"})
+    direct = await start_server(api_keys=[KEY])  # no trusted proxy: a client's own header changes nothing
+    assert "Secure" not in await cookie(direct.url, {"X-Forwarded-Proto": "https"})

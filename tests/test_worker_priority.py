@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from rtc_agent.metrics import Metrics
 from rtc_agent.worker import EngineSpec, Worker
@@ -202,3 +205,49 @@ async def test_steps_and_batches_do_not_overlap_through_the_worker() -> None:
             assert not any(s < end and start < e for s, e in steps)  # no step overlapped a batch
     finally:
         await worker.close(grace=0.5)
+
+
+class PriorityProbe:
+    """Records the OS niceness of the thread each ``load`` and ``run_batch`` runs in."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def load(self, progress: Any) -> None:
+        self.seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    def run_batch(self, requests: list[Any]) -> list[Any]:
+        self.seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return list(requests)
+
+
+async def test_a_niced_engine_runs_its_threads_at_lower_priority_and_the_others_do_not() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    low, normal = PriorityProbe(), PriorityProbe()
+    worker = Worker(Metrics())
+    worker.add(EngineSpec("tts", lambda: low, nice=7))
+    worker.add(EngineSpec("asr", lambda: normal))
+    try:
+        assert await worker.call("tts", 1) == 1 and await worker.call("asr", 2) == 2
+    finally:
+        await worker.close()
+    assert low.seen == [min(19, base + 7)] * 2  # its load and its batches
+    assert normal.seen == [base] * 2
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the loop's thread is untouched
+
+
+def test_engine_spec_nice_must_be_an_os_niceness() -> None:
+    for bad in (-1, 20, 2.5, True):
+        with pytest.raises(ValueError, match="nice"):
+            EngineSpec("tts", PriorityProbe, nice=bad)
+
+
+def test_embedded_voices_run_tts_nice_lower_and_the_setting_is_checked() -> None:
+    from rtc_agent.config import Settings, SettingsError
+    from rtc_agent.engines.tts import engine_spec, kokoro_spec
+
+    assert engine_spec(Settings()).nice == Settings().tts_nice > 0
+    assert kokoro_spec(Settings(tts_nice=3)).nice == 3
+    assert engine_spec(Settings(tts_nice=0)).nice == 0
+    with pytest.raises(SettingsError, match="tts_nice"):
+        engine_spec(Settings(tts_nice=25))

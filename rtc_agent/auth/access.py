@@ -308,6 +308,16 @@ def client_ip(request: web.Request) -> str:
     return client_address(request, control.proxies if control is not None else NO_PROXIES).ip
 
 
+def request_is_https(request: web.Request) -> bool:
+    """Whether the client reached us over HTTPS: this server's own TLS, or a trusted proxy that terminated TLS and
+    says so (``X-Forwarded-Proto: https``, or ``Forwarded: proto=https``; see
+    :meth:`~rtc_agent.auth.client_address.TrustedProxies.https`). Cookies set on such a request are ``Secure``."""
+    if request.secure:
+        return True
+    control = request.app.get(AUTH)
+    return control is not None and control.proxies.https(request.remote, request.headers)
+
+
 def client_network(ip: str) -> str:
     """``net:<prefix>`` of an address's network (IPv4 /24, IPv6 /64): what one party can easily rotate within."""
     try:

@@ -97,10 +97,10 @@ def xff_chain(values: list[str]) -> list[str]:
     return [hop.strip() for value in values for hop in value.split(",")]
 
 
-def forwarded_chain(values: list[str]) -> list[str] | None:
-    """The ``for=`` values of RFC 7239 ``Forwarded`` header lines, left to right; an element without ``for=`` is
-    ``""``. None when an element is not ``name=value`` pairs."""
-    hops: list[str] = []
+def forwarded_elements(values: list[str]) -> list[dict[str, str]] | None:
+    """The elements of RFC 7239 ``Forwarded`` header lines, left to right, each as its ``name=value`` pairs (names
+    lower-cased, quotes removed; the first of a repeated name). None when an element is not such pairs."""
+    elements: list[dict[str, str]] = []
     for value in values:
         if _BALANCED_QUOTES.fullmatch(value) is None:  # an unterminated quoted string
             return None
@@ -116,8 +116,15 @@ def forwarded_chain(values: list[str]) -> list[str] | None:
                     return None
                 pairs.setdefault(match.group(1).lower(), match.group(2).strip('"').replace('\\"', '"'))
                 position = match.end()
-            hops.append(pairs.get("for", ""))
-    return hops
+            elements.append(pairs)
+    return elements
+
+
+def forwarded_chain(values: list[str]) -> list[str] | None:
+    """The ``for=`` values of RFC 7239 ``Forwarded`` header lines, left to right; an element without ``for=`` is
+    ``""``. None when an element is not ``name=value`` pairs."""
+    elements = forwarded_elements(values)
+    return None if elements is None else [pairs.get("for", "") for pairs in elements]
 
 
 class TrustedProxies:
@@ -148,6 +155,19 @@ class TrustedProxies:
         chain = xff_chain(values) if self.header == XFF else forwarded_chain(values)
         client = self._client_of(chain) if chain else None
         return ClientAddress(str(client) if client is not None else peer, peer, True)
+
+    def https(self, remote: str | None, headers: Mapping[str, str] | MultiMapping[str]) -> bool:
+        """Whether a trusted proxy says the client reached it over HTTPS: from a peer in ``trusted_proxies``
+        only, the right-most ``X-Forwarded-Proto`` value (with ``x-forwarded-for``) or the ``proto=`` of the
+        last ``Forwarded`` element (with ``forwarded``), as the proxy next to this server wrote it. Never raises."""
+        peer_address = parse_address(remote or "")
+        if peer_address is None or not self.trusts(peer_address):
+            return False
+        if self.header == XFF:
+            protos = [p.strip() for value in _all(headers, "X-Forwarded-Proto") for p in value.split(",")]
+            return bool(protos) and protos[-1].lower() == "https"
+        elements = forwarded_elements(_all(headers, "Forwarded"))
+        return bool(elements) and elements[-1].get("proto", "").lower() == "https"
 
     def _client_of(self, chain: list[str]) -> Address | None:
         """The right-most hop that is not trusted (the left-most when all are); None when a hop on the way is not

@@ -16,7 +16,10 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
 - ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to
   within ``FEEDS_TIMEOUT_S`` (a language without a voice gets none).
 
-The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was.
+The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was. The listeners'
+media (every subscriber's Opus decoding: in deployment, on the listeners' own machines) runs in a child process
+at ``LISTENER_NICE`` lower CPU priority (:mod:`rtc_agent.bench.sfu_listeners`), so it takes the cores the server
+leaves idle; the speaker's publisher and every event channel stay in this process at its priority.
 """
 
 from __future__ import annotations
@@ -28,14 +31,13 @@ import os
 import time
 from typing import Any
 
-import numpy as np
-
 from rtc_agent.bench.audio import load_audio_48k
 from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
 from rtc_agent.bench.interpret import espeak_clip
 from rtc_agent.bench.janus_local import local_janus
+from rtc_agent.bench.sfu_listeners import ListenerMedia
 from rtc_agent.rtc.client import ClientPeer
-from rtc_agent.rtc.sfu import FeedPublisher, FeedSubscriber, JanusClient
+from rtc_agent.rtc.sfu import FeedPublisher, JanusClient
 from rtc_agent.rtc.sources import PcmSourceTrack
 
 SENTENCES = ["Please remember to bring your umbrella tomorrow morning.", "The library opens at nine on Saturday.",
@@ -45,6 +47,7 @@ DELIVERY_WAIT_S = 60.0  # then at most this long for every listener's translatio
 FEEDS_TIMEOUT_S = 60.0
 HEARD_FRAMES = 10  # 200 ms of non-silent audio from the interpreter feed
 TARGETS = {"cpu_ratio_vs_3_max": 1.15}
+LISTENER_NICE = 10  # the listeners' media process (in deployment: their own machines) yields to the server
 
 
 def _translated(peer: ClientPeer) -> bool:
@@ -79,15 +82,8 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
     listeners = [ClientPeer(base_url, "call", receive_audio=False,
                             config={"room": room, "name": f"L{i}", "language": "en", "role": "listener",
                                     "listen_language": languages[i % len(languages)]}) for i in range(n)]
-    heard = [0] * n
-    subscribers: list[FeedSubscriber] = []
+    media: ListenerMedia | None = None
     publisher: FeedPublisher | None = None
-
-    def counter(i: int) -> Any:
-        def sink(pcm: np.ndarray, _start_ms: int) -> None:
-            if pcm.size and int(np.abs(pcm).max()) > 300:
-                heard[i] += 1
-        return sink
 
     try:
         await speaker.connect()
@@ -97,14 +93,11 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             await peer.wait_for("room.joined", timeout=60)
         sfu = _joined(speaker)["sfu"]
         feeds = await _feeds(speaker, set(languages), FEEDS_TIMEOUT_S)
-        for i, peer in enumerate(listeners):
-            feed = feeds.get(peer.config["listen_language"])
-            if feed is None:
-                continue
-            sub = FeedSubscriber(janus, sfu["room"], feed, [{"feed": feed}], token=_joined(peer)["sfu"]["token"],
-                                 sink=counter(i))
-            await sub.start()
-            subscribers.append(sub)
+        # a listener whose language has no feed subscribes to nothing (feed 0 fails in the child: not hearing)
+        media = ListenerMedia(ws_url, secret, sfu["room"], [
+            {"feed": feeds.get(peer.config["listen_language"], 0), "token": _joined(peer)["sfu"]["token"]}
+            for peer in listeners], nice=LISTENER_NICE)
+        await media.start()
         speech = load_audio_48k(espeak_clip(SENTENCES, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
         cpu0, wall0 = server.cpu_seconds(), time.monotonic()
         publisher = FeedPublisher(janus, sfu["room"], PcmSourceTrack(speech, 48000, tail="silence"),
@@ -114,17 +107,19 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
         cpu, wall = server.cpu_seconds() - cpu0, time.monotonic() - wall0
         deadline = time.monotonic() + DELIVERY_WAIT_S  # then what is still on its way may arrive (not in the CPU)
         while time.monotonic() < deadline and not all(
-                count >= HEARD_FRAMES and _translated(peer) for count, peer in zip(heard, listeners, strict=True)):
+                count >= HEARD_FRAMES and _translated(peer)
+                for count, peer in zip(media.heard, listeners, strict=True)):
             await asyncio.sleep(0.5)
     finally:
-        for sub in subscribers:
-            await sub.close()
+        if media is not None:
+            await media.close()
         if publisher is not None:
             await publisher.close()
         for peer in [speaker, *listeners]:
             with contextlib.suppress(Exception):
                 await peer.close()
         await janus.close()
+    heard = media.heard if media is not None else [0] * n
     speaker_id = _joined(speaker)["participant_id"]
     lags = [e["lag_ms"] / 1000 for peer in listeners for e in peer.events
             if e["type"] == "caption.translation" and e.get("lag_ms") is not None]
@@ -137,6 +132,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             "server_cpu_s": round(cpu, 2), "server_cpu_cores_used": round(cpu / wall, 3),
             "listeners_with_captions": captions, "listeners_with_translations": translated,
             "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
+            "listener_subscribe_errors": media.failed if media is not None else [],
             "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
                                       "count": len(lags)}}
 
@@ -178,7 +174,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(rooms[-1], flush=True)
     ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
     return {"benchmark": "call-sfu", "rooms": rooms, "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
-            "targets": TARGETS, "note": args.sfu_note, "load_1min_before": round(load_before, 2),
+            "targets": TARGETS, "listener_media": {"process": "child", "nice": LISTENER_NICE}, "note": args.sfu_note,
+            "load_1min_before": round(load_before, 2),
             "machine": machine()}
 
 

@@ -126,6 +126,9 @@ class EngineSettings:
     tts_voice: str = _opt("alloy", "Voice name for the remote TTS server.", "engines")
     tts_api_key: str = _opt("", "API key for the remote TTS server.", "engines", secret=True)
     tts_speed: float = _opt(1.0, "Speaking rate (1.0 = the voice's own).", "engines")
+    tts_nice: int = _opt(10, "How much lower the CPU priority of the embedded voices' threads (Piper, Kokoro) is "
+                             "than the server's, 0-19: speech synthesized ahead of the listener takes the cores "
+                             "that recognition and translation leave idle (0 = the same priority).", "engines")
     tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
     tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
     # Speech in the listener's language (engines/tts/languages.py): which engine speaks which language.
@@ -143,6 +146,9 @@ class EngineSettings:
                                         "best voices.", "engines")
     kokoro_threads: int = _opt(0, "CPU threads of the Kokoro voice (0 = auto: half the cores, at least 1).",
                                "engines")
+    kokoro_weight_bits: int = _opt(0, "Weights of the Kokoro voice: 8 (the packaged int8 model), 7 (a copy made "
+                                      "once, for x86 CPUs without VNNI, whose 8-bit products saturate and garble "
+                                      "the voice), or 0 = auto: 7 on such CPUs, else 8.", "engines")
     vlm_engine: str = _opt("embedded", "Vision engine: embedded (scene describer), transformers, moss, or "
                                        "sglang/openai (remote).", "engines")
     vlm_url: str = _opt("", "URL of a remote realtime vision service.", "engines")

@@ -14,7 +14,16 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from aiohttp import web
 
-from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PAGE_COOKIE, PRINCIPAL, SIGNED_IN, client_ip, client_network
+from rtc_agent.auth.access import (
+    AUTH,
+    CLIENT_TOKEN,
+    PAGE_COOKIE,
+    PRINCIPAL,
+    SIGNED_IN,
+    client_ip,
+    client_network,
+    request_is_https,
+)
 from rtc_agent.errors import InvalidRequest, UnsupportedMediaType
 from rtc_agent.server.http_errors import decode_text, read_body, read_json_object
 from rtc_agent.server.keys import ROOMS, SETTINGS, app_class
@@ -92,7 +101,7 @@ async def login(request: web.Request) -> web.Response:
     cookie = await control.tokens.sign_in(settings.page_session_ttl_s, client=client_network(ip))
     response.set_cookie(PAGE_COOKIE, cookie,
                         max_age=settings.page_session_ttl_s, httponly=True, samesite="Strict", path="/",
-                        secure=request.secure)
+                        secure=request_is_https(request))
     raise response
 
 

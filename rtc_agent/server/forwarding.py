@@ -12,10 +12,12 @@ With ``node_url`` set (and a state store every node shares, ``redis://``), a bro
 - **Owner gone**: when the owner cannot be reached, its lease runs out within ``room_lease_ttl_s`` (nobody renews
   it): the offer waits for that (within ``node_forward_timeout_s``), takes the lease and the room re-forms here.
   Otherwise 503 ``node_unavailable`` + ``Retry-After``.
-- **Session requests** (``GET``/``PATCH``/``DELETE /v1/sessions/{id}``, its exports and ICE servers) for a
-  session this node does not have: the session directory in the store (``session-node:<id>`` -> node_url,
-  written when a node answers an offer, kept for ``max_session_seconds``) names its node, and the request is
-  forwarded there (:func:`forwarding_middleware`).
+- **Session requests** (``GET``/``PATCH``/``DELETE /v1/sessions/{id}``, its exports and ICE servers, and ``POST
+  /v1/realtime/calls/{id}/hangup``) for a session this node does not have: the session directory in the store
+  (``session-node:<id>`` -> node_url, written when a node answers an offer or a Realtime call, kept for
+  ``max_session_seconds``) names its node, and the request is forwarded there (:func:`forwarding_middleware`).
+- **Presence** (``GET /v1/rooms/{room}``) of a room another node hosts: forwarded to that node, which knows who
+  is in it (:func:`presence_elsewhere`).
 - **Loop guard**: a forwarded request (signed, see :mod:`~rtc_agent.server.node_link`) is never forwarded again:
   an offer that reaches a node which no longer hosts its room gets 503 ``room_moved`` + ``Retry-After``.
 - A room another node took while this one still hosted it (this node stalled past its lease) ends its sessions
@@ -54,7 +56,9 @@ ROOM_MOVED = "room_moved"  # session.ended reason: another node hosts the room n
 DIRECTORY_PREFIX = "session-node:"
 NO_LIMIT_TTL_S = 7 * 24 * 3600.0  # how long the directory keeps a session without max_session_seconds
 ENDED_KEPT_S = 3600.0  # an ended session stays readable (GET, exports) for a while on its node
-SESSION_PATH = re.compile(r"^/v1/sessions/(?P<id>[^/]+)(/.*)?$")
+# where a session created here lives (its answer's Location): a /v1/sessions session or an OpenAI Realtime call
+SESSION_PATH = re.compile(r"^/v1/(?:sessions|realtime/calls)/(?P<id>[^/]+)(/.*)?$")
+CREATED_PATHS = frozenset({"/v1/sessions", "/v1/realtime/calls"})
 LEASE_END_MARGIN_S = 0.1  # past the owner's lease end, when an offer waits for it
 
 
@@ -132,6 +136,14 @@ class Forwarder:
                             "(%.1f s)", room, owner, wait)
                 await asyncio.sleep(wait)
 
+    async def room_node(self, room: str) -> str | None:
+        """The node_url of the node whose lease on ``room`` is live when it is another node, else None (nobody
+        hosts it, or this node does)."""
+        if self.leases is None:
+            return None
+        holder, left = await self.leases.owner(room)
+        return holder if holder and holder != self.node_url and left > 0 else None
+
     # --- session requests ------------------------------------------------------------------------------------
 
     async def session_node(self, session_id: str) -> str | None:
@@ -186,6 +198,17 @@ async def offer_elsewhere(request: web.Request, app_name: str, config: dict[str,
     return await forwarder.route_offer(request, app_name, config, body)
 
 
+async def presence_elsewhere(request: web.Request, room: str) -> web.Response | None:
+    """For ``GET /v1/rooms/{room}`` of a room not live here: the answer of the node that hosts it (503
+    ``node_unavailable`` when it cannot be reached), or None when no other node does (or the request was forwarded
+    here already)."""
+    forwarder = request.app.get(FORWARDER)
+    if forwarder is None or FORWARDED_BY_NODE in request:
+        return None
+    owner = await forwarder.room_node(room)
+    return None if owner is None else await forwarder.link.forward(request, owner, b"")
+
+
 @web.middleware
 async def forwarding_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Before the access checks: a signed request from another node is checked (403 otherwise) and carries the
@@ -202,14 +225,26 @@ async def forwarding_middleware(request: web.Request, handler: Handler) -> web.S
         # forwarding headers; that node applied the open-mode rule to the client itself
         address = parse_address(ip)
         request[CLIENT_ADDRESS] = ClientAddress(str(address) if address is not None else ip, ip)
-    elif forwarder.enabled and request.method in ("GET", "PATCH", "DELETE") \
-            and request.match_info.http_exception is None and "session_id" in request.match_info:
-        owner = await forwarder.session_node(request.match_info["session_id"])
+    elif forwarder.enabled and (held := _held_session(request)) is not None:
+        owner = await forwarder.session_node(held)
         if owner is not None:
             body = await read_body(request, forwarder.settings.max_body_bytes)
             return await forwarder.link.forward(request, owner, body)
     response = await handler(request)
-    if forwarder.enabled and request.method == "POST" and request.path == "/v1/sessions" \
+    if forwarder.enabled and request.method == "POST" and request.path in CREATED_PATHS \
             and response.status == 201 and NODE_HEADER not in response.headers:
         await forwarder.remember(response)
     return response
+
+
+def _held_session(request: web.Request) -> str | None:
+    """The id of the session a request is about (one a node may hold), else None: ``GET``/``PATCH``/``DELETE``
+    of a ``/v1/sessions/{session_id}`` route, or the hangup of a Realtime call."""
+    info = request.match_info
+    if info.http_exception is not None:
+        return None
+    if request.method in ("GET", "PATCH", "DELETE") and "session_id" in info:
+        return info["session_id"]
+    if request.method == "POST" and "call_id" in info and request.path.endswith("/hangup"):
+        return info["call_id"]
+    return None

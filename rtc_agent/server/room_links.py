@@ -23,9 +23,10 @@ instead: each line's translation into it where there is one, its source text oth
 for a malformed code; :mod:`rtc_agent.apps.call.transcript_vtt`).
 
 Presence. ``GET /v1/rooms/{room}`` (the same readers as the transcript; a join token for its own room only, else
-403 ``token_scope``) answers ``{room, participants: [{name}], count, max_participants}``: who is in the room on
-this node now, names only (no ids, languages or tokens), for the call page's pre-join screen. A room nobody is
-in answers ``count: 0``.
+403 ``token_scope``) answers ``{room, participants: [{name}], count, max_participants}``: who is in the room now,
+names only (no ids, languages or tokens), for the call page's pre-join screen. A room nobody is in answers
+``count: 0``. With replicas, a room another node hosts is answered by that node (the request is forwarded there:
+:func:`~rtc_agent.server.forwarding.presence_elsewhere`).
 
 The rooms are the server's :class:`~rtc_agent.apps.call.RoomRegistry` (``app[ROOMS]``), which its ``call``
 sessions join.
@@ -44,6 +45,7 @@ from rtc_agent.apps.call.sfu.rooms import link_mode
 from rtc_agent.apps.call.transcript_vtt import check_transcript_language
 from rtc_agent.auth.access import AUTH, CLIENT_TOKEN, PRINCIPAL, ROOM_JOIN_APP, Forbidden, Principal
 from rtc_agent.errors import InvalidRequest
+from rtc_agent.server.forwarding import presence_elsewhere
 from rtc_agent.server.http_errors import read_json_object
 from rtc_agent.server.keys import ROOMS, SETTINGS
 
@@ -123,6 +125,8 @@ async def get_presence(request: web.Request) -> web.Response:
         if scope.get("room") != room:
             raise Forbidden("this join token is for another room", code="token_scope")
     live = request.app[ROOMS].rooms.get(room)
+    if live is None and (elsewhere := await presence_elsewhere(request, room)) is not None:
+        return elsewhere  # another node hosts the room: its participants are there
     names = [{"name": p.name} for p in live.participants.values()] if live is not None else []
     return web.json_response({"room": room, "participants": names, "count": len(names),
                               "max_participants": request.app[SETTINGS].max_room_participants},

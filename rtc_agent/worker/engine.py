@@ -59,6 +59,10 @@ class EngineSpec:
       :mod:`~rtc_agent.worker.priority`): an engine with a ``checkpoint`` attribute gets a function it calls
       between steps, which waits (at most ``yield_max_s``) while any of those engines runs a batch, and one
       with a ``step_done`` attribute a function it calls when it stops computing before the next step.
+    - ``nice``: how much lower than the process's the OS scheduling priority of this engine's threads is (0-19,
+      Linux thread niceness; see :func:`~rtc_agent.worker.priority.lower_thread_priority`): an engine whose long
+      jobs can wait (speech synthesis far ahead of the listener) takes only the CPU time that the others leave when
+      their threads are ready to run, instead of an equal share of the cores.
     - ``shares``: the name of an engine registered earlier whose lane this one runs on, so one loaded model serves
       two kinds of request (the embedded text translator on the embedded LLM): its queue, its threads, its loaded
       engine and its priority hooks. ``adapt(host)`` makes this engine from the host's loaded engine, once, on the
@@ -79,6 +83,7 @@ class EngineSpec:
     capacity: int | None = None
     yields_to: tuple[str, ...] = ()
     yield_max_s: float = 0.5
+    nice: int = 0
     shares: str | None = None
     adapt: Callable[[Engine], Engine] | None = None
     urgent: bool = False
@@ -94,6 +99,8 @@ class EngineSpec:
             value = getattr(self, field_name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineSpec {self.name!r}: {field_name} must be an int >= 1, got {value!r}")
+        if isinstance(self.nice, bool) or not isinstance(self.nice, int) or not 0 <= self.nice <= 19:
+            raise ValueError(f"EngineSpec {self.name!r}: nice must be an int in 0..19, got {self.nice!r}")
         if self.batch_window_ms < 0:
             raise ValueError(
                 f"EngineSpec {self.name!r}: batch_window_ms must be >= 0, got {self.batch_window_ms!r}"

@@ -24,7 +24,7 @@ from rtc_agent.worker.engine import Engine, EngineSpec
 from rtc_agent.worker.failures import closed_error, engine_failure
 from rtc_agent.worker.leases import EngineLeases
 from rtc_agent.worker.loader import EngineLoader
-from rtc_agent.worker.priority import PriorityGate
+from rtc_agent.worker.priority import PriorityGate, lower_thread_priority
 from rtc_agent.worker.request_queue import ANY, PendingRequest, RequestQueue
 from rtc_agent.worker.views import EngineView, hooks_of, stats_row
 
@@ -57,7 +57,8 @@ class EngineLane:
     def __init__(self, spec: EngineSpec, metrics: Metrics, priority: PriorityGate,
                  is_closed: Callable[[], bool]) -> None:
         self.spec = spec
-        self.executor = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=f"engine-{spec.name}")
+        self.executor = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=f"engine-{spec.name}",
+                                           initializer=lower_thread_priority, initargs=(spec.nice,))
         self.loader = EngineLoader(spec, self.executor, priority, is_closed)
         self.leases = EngineLeases(spec, is_closed)
         self.queue = RequestQueue(spec.max_queue)

@@ -12,15 +12,24 @@ latest, so a yielding job is slowed but never starved. The handshake goes both w
 others yield to starts once the step in progress has finished (at most ``step_wait_s`` later), so the two never
 overlap. A job that stops computing between steps (handing a result on, which may block) ends its step first
 with the ``step_done`` function of :meth:`PriorityGate.step_hooks`.
+
+The gate orders whole steps; within a step, the operating system decides. An engine registered with
+``EngineSpec.nice`` runs its threads at a lower OS priority (:func:`lower_thread_priority`), so the step in
+progress when a latency-critical batch starts, or a job past its ``max_wait_s``, takes only the CPU time that
+engine leaves idle.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 #: The longest a latency-critical batch waits for a yielding engine's step in progress to finish.
 STEP_WAIT_S = 0.25
@@ -101,3 +110,16 @@ class PriorityGate:
                     self._changed.notify_all()
 
         return checkpoint, step_done
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Lower the calling thread's OS scheduling priority by ``nice`` (Linux: each thread has its own niceness, and
+    threads it starts inherit it; an engine thread pool's initializer). Where the system refuses or has no
+    per-thread priority, logs it and leaves the priority as it is."""
+    if nice <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except (AttributeError, OSError) as exc:
+        log.warning("could not lower the priority of thread %s by %d: %s", threading.current_thread().name, nice, exc)

@@ -8,9 +8,8 @@ a restart (SQLite) or on another server sharing a Redis the same meetings go on:
 - ``meeting:ended:<id>``: a meeting that ended (``id``, ``name``, ``ended_at``, ``expires_at``): its links stay
   refused (410) and, when it has lines, its transcript readable until ``expires_at``;
 - ``meeting:ended``: the ended meetings whose transcripts are readable, newest last, at most
-  ``room_transcripts_kept`` (``[id, name, expires_at]`` each; read, changed and written back by this server's one
-  writer: two servers ending meetings in the same instant may lose one entry, whose transcript then expires
-  unlisted);
+  ``room_transcripts_kept`` (``[id, name, expires_at]`` each; read, changed and written back under the lease
+  ``meeting:ended:lock``, so servers sharing a Redis that end meetings in the same instant each add theirs);
 - ``transcript:<id>``: the transcript log (:mod:`rtc_agent.apps.call.transcript_store`).
 
 Writes go through the book's :class:`~rtc_agent.apps.call.store_journal.StoreJournal` (ordered, off the caller's
@@ -22,7 +21,10 @@ free the space.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import uuid
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -35,7 +37,10 @@ T = TypeVar("T")
 DIRECTORY = "meeting:room:"
 ENDED = "meeting:ended:"
 ENDED_INDEX = "meeting:ended"
+INDEX_LOCK = "meeting:ended:lock"
 TTL_MARGIN_S = 3600.0  # the store keeps an entry this much longer than the book needs it (clock skew, sweeps)
+LOCK_TTL_S = 10.0  # a server that dies holding the index lease holds it this long at most
+LOCK_WAIT_S = 15.0  # the longest an index update waits for another server's (then it fails, and is logged)
 
 
 class StoreDown(Exception):
@@ -48,6 +53,7 @@ class MeetingStore:
     def __init__(self, store: StateStore, journal: StoreJournal, *, retention_s: float, max_lines: int) -> None:
         self.store = store
         self.journal = journal
+        self.owner = f"meetings-{uuid.uuid4().hex}"  # this server's name on the index lease
         self.transcripts = TranscriptStore(store, ttl_s=retention_s + TTL_MARGIN_S, max_lines=max_lines)
 
     # --- writes (queued) -------------------------------------------------------------------------------------
@@ -79,11 +85,24 @@ class MeetingStore:
             if ours:
                 await self.store.delete(DIRECTORY + name)
             if listed and kept > 0:
-                index = [e for e in await self._index() if e[0] != meeting_id and e[2] > ended_at]
-                index = [*index, [meeting_id, name, until]][-kept:]
-                await self.store.put(ENDED_INDEX, json.dumps(index), max(e[2] for e in index) - ended_at + TTL_MARGIN_S)
+                await self._add_to_index([meeting_id, name, until], ended_at, kept)
 
         self.journal.submit("ended meeting", write)
+
+    async def _add_to_index(self, entry: list[Any], now: float, kept: int) -> None:
+        """Add ``entry`` (``[id, name, expires_at]``) to the ended meetings' index, keeping the ``kept`` newest
+        that have not expired at ``now``: read, changed and written while holding the index lease."""
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while (wait := await self.store.acquire(INDEX_LOCK, self.owner, LOCK_TTL_S)) > 0:
+            if time.monotonic() + min(wait, 0.05) > deadline:
+                raise TimeoutError(f"the ended meetings' index stayed locked for {LOCK_WAIT_S:.0f} s")
+            await asyncio.sleep(min(wait, 0.05))
+        try:
+            index = [e for e in await self._index() if e[0] != entry[0] and e[2] > now]
+            index = [*index, entry][-kept:]
+            await self.store.put(ENDED_INDEX, json.dumps(index), max(e[2] for e in index) - now + TTL_MARGIN_S)
+        finally:
+            await self.store.release(INDEX_LOCK, self.owner)
 
     # --- reads -----------------------------------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ class FinalsTranslator:
         self.timeout_s = timeout_s
         self.max_pending = max_pending
         self.engine = engine
-        self.pending: WorkQueue[CaptionFinal] = WorkQueue()
+        self.pending: WorkQueue[CaptionFinal] = WorkQueue(max_pending)
         self.context: deque[tuple[str, str]] = deque(maxlen=CONTEXT_FINALS)
         self.index = 0
         self.texts = 0
@@ -103,16 +103,17 @@ class FinalsTranslator:
         waiting final is dropped."""
         if not final.text.strip():
             return
-        self.pending.put(final)
+        pushed_out = self.pending.put(final)
         self._idle.clear()
-        while len(self.pending) > self.max_pending:
-            self.drop_oldest("behind")
+        if pushed_out is not None:
+            self._announce_drop(pushed_out, "behind")
 
     def drop_oldest(self, reason: str) -> None:
         """Forget the oldest waiting final, telling the listeners (``translation.speech.catchup`` ``drop``)."""
-        if not self.pending:
-            return
-        old = self.pending.popleft()
+        if self.pending:
+            self._announce_drop(self.pending.popleft(), reason)
+
+    def _announce_drop(self, old: CaptionFinal, reason: str) -> None:
         self.dropped += 1
         lag = max(0, self.now_ms() - old.audio_end_ms)
         self.emit(TranslationSpeechCatchup(action="drop", lag_ms=lag, skipped_text=old.text.strip(),

@@ -127,7 +127,7 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
         language = next(iter(engine_languages(settings)))
         return EngineSpec(name=name, factory=lambda: PiperEngine(model, speed=speed, threads=threads,
                                                                  language=language),
-                          max_queue=64, max_batch=1, concurrency=1, **_YIELD_TO_TRANSLATIONS)
+                          max_queue=64, max_batch=1, concurrency=1, **_embedded_scheduling(settings))
     if kind == "openai":
         if not settings.tts_url.strip():
             raise SettingsError("tts_engine 'openai' needs tts_url (e.g. --tts-url http://host:8000/v1)")
@@ -154,11 +154,19 @@ def engine_spec(settings: Settings, *, name: str = ENGINE_NAME) -> EngineSpec:
     raise SettingsError(f"unknown tts_engine {settings.tts_engine!r}: use 'embedded' (Piper) or 'openai'")
 
 
-#: Embedded voices synthesize a clause only once no text translation decodes (``mt``, the engine of
-#: :mod:`rtc_agent.engines.mt`), waiting at most ``yield_max_s``: a listener waits for that text, and on a small CPU
-#: the two running at once slow each other down several times over (measured on 2 cores: a batch of three
-#: translations 2.5 s alone, 7.5 s beside Kokoro clauses).
-_YIELD_TO_TRANSLATIONS: dict[str, Any] = {"yields_to": ("mt",), "yield_max_s": 3.0}
+def _embedded_scheduling(settings: Settings) -> dict[str, Any]:
+    """How the worker runs an embedded voice beside the other engines.
+
+    A clause starts only once no text translation decodes (``mt``, the engine of :mod:`rtc_agent.engines.mt`),
+    waiting at most ``yield_max_s``: a listener waits for that text, and on a small CPU the two running at once
+    slow each other down several times over (measured on 2 cores: a batch of three translations 2.5 s alone,
+    7.5 s beside Kokoro clauses). And the voice's threads run ``tts_nice`` lower in CPU priority, so the clause in
+    progress when a translation or a recognition starts (or one past its wait) takes only the idle cores.
+    """
+    nice = _number(settings, "nice", 10)
+    if nice != int(nice) or not 0 <= nice <= 19:
+        raise SettingsError(f"tts_nice must be an integer in 0..19, got {nice}")
+    return {"yields_to": ("mt",), "yield_max_s": 3.0, "nice": int(nice)}
 
 
 def kokoro_spec(settings: Settings) -> EngineSpec:
@@ -168,14 +176,17 @@ def kokoro_spec(settings: Settings) -> EngineSpec:
     threads = kokoro_threads(settings)
     speed = _number(settings, "speed", 1.0)
     cache_dir = settings.cache_dir
+    bits = int(getattr(settings, "kokoro_weight_bits", 0))
+    if bits not in (0, 7, 8):
+        raise SettingsError(f"kokoro_weight_bits must be 0 (auto), 7 or 8, got {bits}")
 
     def factory() -> KokoroEngine:
         return KokoroEngine(cache_dir=cache_dir, voices=voices, languages=tuple(voices), speed=speed,
-                            threads=threads)
+                            threads=threads, weight_bits=bits)
 
     factory()  # validates the voices and languages now; cheap, loads nothing
     return EngineSpec(name=KOKORO_ENGINE_NAME, factory=factory, max_queue=64, max_batch=1, concurrency=1,
-                      **_YIELD_TO_TRANSLATIONS)
+                      **_embedded_scheduling(settings))
 
 
 def engine_specs(settings: Settings) -> list[EngineSpec]:

