@@ -13,6 +13,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from rtc_agent.config import Settings, SettingsError
+from rtc_agent.engines.tts import kokoro_spec
 from rtc_agent.engines.tts.kokoro import KokoroEngine
 from rtc_agent.engines.tts.kokoro_weights import (
     cpu_has_vnni,
@@ -38,6 +40,8 @@ def test_cpus_without_vnni_get_7_bit_weights_and_a_setting_decides_when_given() 
         weight_bits_for_cpu(6)
     with pytest.raises(ValueError, match="weight_bits"):
         KokoroEngine(cache_dir="/nonexistent", weight_bits=4)
+    with pytest.raises(SettingsError, match="weight_bits"):  # at start-up, as every other setting
+        kokoro_spec(Settings(kokoro_weight_bits=4))
 
 
 def quantized_model(folder: Path) -> tuple[Path, np.ndarray, np.ndarray]:

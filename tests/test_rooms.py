@@ -89,6 +89,31 @@ async def test_membership_events_and_room_full(settings):
     assert "r1" not in registry.rooms  # a room lives while it has participants
 
 
+async def test_a_leaving_member_is_announced_gone_before_its_last_caption(settings):
+    """A closing session tells the room at once (announce_leaving), still delivers its last final caption to the
+    others and the transcript, is not listed to newcomers nor holds its name, and leave() says nothing twice."""
+    registry = RoomRegistry(settings)
+    a, b = person("a", settings), person("b", settings)
+    room = registry.join("r", a)
+    registry.join("r", b)
+    room.announce_leaving("b", "deleted")
+    room.announce_leaving("b", "deleted")
+    assert [e["participant_id"] for e in a.ctx.events if e["type"] == "room.participant.left"] == ["b"]
+    room.on_caption(b, CaptionFinal(segment_id="s9", text="Goodbye all", audio_start_ms=9000, audio_end_ms=9600))
+    assert a.ctx.events[-1]["type"] == "caption.final" and a.ctx.events[-1]["speaker"]["participant_id"] == "b"
+    assert [line.text for line in room.transcript.lines] == ["Goodbye all"]
+    c = person("c", settings)
+    c.name = "B"
+    registry.join("r", c)
+    joined = c.ctx.events[0]
+    assert [p["participant_id"] for p in joined["participants"]] == ["a", "c"] and c.name == "B"
+    room.leave("b", "deleted")
+    assert [e["participant_id"] for e in a.ctx.events if e["type"] == "room.participant.left"] == ["b"]
+    assert "b" not in room.participants
+    room.leave("a")
+    room.leave("c")
+
+
 async def test_signal_relay_is_validated_and_rate_limited(settings):
     registry = RoomRegistry(settings)
     a, b = person("a", settings), person("b", settings)

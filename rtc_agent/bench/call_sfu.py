@@ -50,6 +50,14 @@ TARGETS = {"cpu_ratio_vs_3_max": 1.15}
 LISTENER_NICE = 10  # the listeners' media process (in deployment: their own machines) yields to the server
 
 
+def _heard(media: ListenerMedia | None, fed: list[int], n: int) -> list[int]:
+    """Per listener (of ``n``), the non-silent frames heard: ``media``'s counts for the ``fed`` ones, else 0."""
+    heard = [0] * n
+    for i, count in zip(fed, media.heard if media is not None else [], strict=False):
+        heard[i] = count
+    return heard
+
+
 def _translated(peer: ClientPeer) -> bool:
     """Whether ``peer`` got a translation into its listen language."""
     return any(e["type"] == "caption.translation" and e["language"] == peer.config["listen_language"]
@@ -83,6 +91,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
                             config={"room": room, "name": f"L{i}", "language": "en", "role": "listener",
                                     "listen_language": languages[i % len(languages)]}) for i in range(n)]
     media: ListenerMedia | None = None
+    fed: list[int] = []  # the listeners subscribed to a feed, in the order of media's subscriptions
     publisher: FeedPublisher | None = None
 
     try:
@@ -93,10 +102,11 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             await peer.wait_for("room.joined", timeout=60)
         sfu = _joined(speaker)["sfu"]
         feeds = await _feeds(speaker, set(languages), FEEDS_TIMEOUT_S)
-        # a listener whose language has no feed subscribes to nothing (feed 0 fails in the child: not hearing)
+        # a listener whose language has no feed subscribes to nothing (it counts as not hearing)
+        fed = [i for i, peer in enumerate(listeners) if peer.config["listen_language"] in feeds]
         media = ListenerMedia(ws_url, secret, sfu["room"], [
-            {"feed": feeds.get(peer.config["listen_language"], 0), "token": _joined(peer)["sfu"]["token"]}
-            for peer in listeners], nice=LISTENER_NICE)
+            {"feed": feeds[listeners[i].config["listen_language"]], "token": _joined(listeners[i])["sfu"]["token"]}
+            for i in fed], nice=LISTENER_NICE)
         await media.start()
         speech = load_audio_48k(espeak_clip(SENTENCES, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
         cpu0, wall0 = server.cpu_seconds(), time.monotonic()
@@ -108,7 +118,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
         deadline = time.monotonic() + DELIVERY_WAIT_S  # then what is still on its way may arrive (not in the CPU)
         while time.monotonic() < deadline and not all(
                 count >= HEARD_FRAMES and _translated(peer)
-                for count, peer in zip(media.heard, listeners, strict=True)):
+                for count, peer in zip(_heard(media, fed, n), listeners, strict=True)):
             await asyncio.sleep(0.5)
     finally:
         if media is not None:
@@ -119,7 +129,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             with contextlib.suppress(Exception):
                 await peer.close()
         await janus.close()
-    heard = media.heard if media is not None else [0] * n
+    heard = _heard(media, fed, n)
     speaker_id = _joined(speaker)["participant_id"]
     lags = [e["lag_ms"] / 1000 for peer in listeners for e in peer.events
             if e["type"] == "caption.translation" and e.get("lag_ms") is not None]

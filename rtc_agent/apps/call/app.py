@@ -288,6 +288,8 @@ class CallApp(App):
         return out
 
     async def close(self) -> None:
+        if self.room is not None:  # the others see me gone now, not after my last caption's drain
+            self.room.announce_leaving(self.participant.id, getattr(self.ctx, "close_reason", None))
         try:
             if self.captions is not None:
                 await self.captions.close()

@@ -144,6 +144,7 @@ class Room:
         self.created = time.monotonic() - max(0.0, time.time() - self.transcript.created_at)
         self._segments: dict[str, OrderedDict[str, tuple[int, int | None, str]]] = {}
         self._told: dict[tuple[str, str, str], str] = {}  # (listener, speaker, target) -> the error code sent
+        self._announced_gone: set[str] = set()  # members told gone (room.participant.left) who finish their speech
         #: an SFU room's bridge to its Janus room (:mod:`rtc_agent.apps.call.sfu`), adopted from its first member;
         #: None: a browser-to-browser mesh
         self.sfu: Any = None
@@ -169,29 +170,42 @@ class Room:
         sfu = self.sfu  # in an SFU room, past 20 listeners only their count travels (room.sfu.updated)
         p.send(RoomJoined(room=self.name, participant_id=p.id,
                           participants=[x.public() for x in self.participants.values()
-                                        if sfu is None or x is p or sfu.listed(x)],
+                                        if (sfu is None or x is p or sfu.listed(x))
+                                        and x.id not in self._announced_gone],
                           **(sfu.joined_fields(p) if sfu is not None else {})))
         for other in others if sfu is None or sfu.listed(p) else ():
             other.send(RoomParticipantJoined(room=self.name, participant=p.public()))
         self.replay(p)
         self.reconcile()
 
+    def announce_leaving(self, participant_id: str, reason: str | None = None) -> None:
+        """Tell the others at once that ``participant_id`` is gone (``room.participant.left``) while it still
+        finishes its last caption (and that caption's interpretation); :meth:`leave` then only removes it."""
+        p = self.participants.get(participant_id)
+        if p is None or participant_id in self._announced_gone:
+            return
+        self._announced_gone.add(participant_id)
+        for other in self.participants.values() if self.sfu is None or self.sfu.listed(p) else ():
+            if other is not p:
+                other.send(RoomParticipantLeft(room=self.name, participant_id=p.id, name=p.name, reason=reason))
+
     def leave(self, participant_id: str, reason: str | None = None) -> None:
+        self.announce_leaving(participant_id, reason)
+        self._announced_gone.discard(participant_id)
         p = self.participants.pop(participant_id, None)
         if p is None:
             return
         self._segments.pop(participant_id, None)
         if participant_id in self.transcript.participants:
             self.transcript.note_participant(participant_id, left_at=time.time())
-        for other in self.participants.values() if self.sfu is None or self.sfu.listed(p) else ():
-            other.send(RoomParticipantLeft(room=self.name, participant_id=p.id, name=p.name, reason=reason))
         self.reconcile()
         if not self.participants:
             self.host.ended(self)
 
     def free_name(self, name: str, participant_id: str) -> str:
         """``name``, suffixed if another live participant uses it (:func:`~rtc_agent.apps.call.names.unique_name`)."""
-        return unique_name(name, (x.name for x in self.participants.values() if x.id != participant_id))
+        return unique_name(name, (x.name for x in self.participants.values()
+                                  if x.id != participant_id and x.id not in self._announced_gone))
 
     def update(self, p: Participant) -> None:
         if p.id in self.transcript.participants:  # the transcript names people as they are now called and speak

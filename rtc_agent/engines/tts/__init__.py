@@ -177,14 +177,15 @@ def kokoro_spec(settings: Settings) -> EngineSpec:
     speed = _number(settings, "speed", 1.0)
     cache_dir = settings.cache_dir
     bits = int(getattr(settings, "kokoro_weight_bits", 0))
-    if bits not in (0, 7, 8):
-        raise SettingsError(f"kokoro_weight_bits must be 0 (auto), 7 or 8, got {bits}")
 
     def factory() -> KokoroEngine:
         return KokoroEngine(cache_dir=cache_dir, voices=voices, languages=tuple(voices), speed=speed,
                             threads=threads, weight_bits=bits)
 
-    factory()  # validates the voices and languages now; cheap, loads nothing
+    try:
+        factory()  # validates every option now (the engine's constructor is their one check); loads nothing
+    except ValueError as exc:
+        raise SettingsError(f"Kokoro settings: {exc}") from exc
     return EngineSpec(name=KOKORO_ENGINE_NAME, factory=factory, max_queue=64, max_batch=1, concurrency=1,
                       **_embedded_scheduling(settings))
 
