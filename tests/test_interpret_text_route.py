@@ -6,6 +6,7 @@ real path is in tests/test_call_languages_real.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -121,12 +122,14 @@ def test_without_a_text_translator_only_english_is_offered(voices: None) -> None
     assert InterpretApp.validate_config({"direction": "es-en"}, ctx.settings)["target_language"] == "en"
 
 
-async def test_finals_translator_drops_the_oldest_past_its_backlog_and_reports_the_first_error() -> None:
+async def translate_lines(mt_engine: ScriptedMT, lines: int, max_pending: int,
+                          events: list[Any]) -> FinalsTranslator:
+    """Push ``lines`` finals ("line 0", ...) and a blank one into a translator on ``mt_engine``, run it until it
+    has nothing left, and return it (its events in ``events``)."""
     worker = Worker()
-    mt_engine = register(worker, "mt", ScriptedMT(RuntimeError("boom")))
-    events: list[Any] = []
-    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, max_pending=2)
-    for i in range(4):
+    register(worker, "mt", mt_engine)
+    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, max_pending=max_pending)
+    for i in range(lines):
         translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
                                      audio_end_ms=i * 1000 + 900, language="en"))
     translator.push(CaptionFinal(segment_id="blank", text="  ", audio_start_ms=0, audio_end_ms=1))
@@ -136,8 +139,26 @@ async def test_finals_translator_drops_the_oldest_past_its_backlog_and_reports_t
     finally:
         task.cancel()
         await worker.close()
+    return translator
+
+
+async def test_finals_translator_drops_the_oldest_past_its_backlog_and_reports_the_first_error() -> None:
+    mt_engine, events = ScriptedMT(RuntimeError("boom")), []
+    translator = await translate_lines(mt_engine, 4, 2, events)
     drops = [e for e in events if e.type == "translation.speech.catchup"]
     assert [(d.action, d.segment_id, d.reason) for d in drops] == [("drop", "s0", "behind"), ("drop", "s1", "behind")]
     assert [e.type for e in events[2:]] == ["error", "translation.chunk"]  # line 2 failed, line 3 came through
     assert events[-1].text == "[es] line 3" and [r.text for r in mt_engine.requests] == ["line 2", "line 3"]
     assert translator.stats()["errors"] == 1 and translator.stats()["dropped"] == 2
+
+
+async def test_the_context_grows_final_by_final_and_is_cut_back_to_the_newest() -> None:
+    """Each prompt extends the previous one while the context grows (the LLM's row cache computes only the new
+    part), up to CONTEXT_MAX_FINALS pairs; then it starts again from the newest CONTEXT_FINALS."""
+    mt_engine = ScriptedMT()
+    await translate_lines(mt_engine, 9, 16, [])
+    contexts = [r.context for r in mt_engine.requests]
+    assert [len(c) for c in contexts] == [0, 1, 2, 3, 4, 2, 3, 4, 2]
+    assert contexts[5] == (("line 3", "[es] line 3"), ("line 4", "[es] line 4"))  # the newest, in order
+    for earlier, later in itertools.pairwise(contexts[5:8]):
+        assert later[:len(earlier)] == earlier  # the next context extends this one

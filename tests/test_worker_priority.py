@@ -186,6 +186,48 @@ def test_an_engine_that_no_one_yields_to_never_waits_for_steps() -> None:
     assert gate.step_waits == 0
 
 
+def test_a_batch_waits_only_for_a_step_that_yields_to_it_and_holds() -> None:
+    """A voice's clause (yields to ``mt``) holds up no Whisper batch, though the LLM yields to ``asr``; and a job
+    registered with ``hold=False`` (lower OS priority) holds up no batch of what it yields to."""
+    gate = PriorityGate(step_wait_s=2.0)
+    gate.step_hooks(["tts", "asr"], max_wait_s=2.0)  # the LLM's: "asr" is an engine some job yields to
+    voice_checkpoint, _ = gate.step_hooks(["mt"], max_wait_s=2.0)
+    quiet_checkpoint, _ = gate.step_hooks(["asr"], max_wait_s=2.0, hold=False)
+    for checkpoint in (voice_checkpoint, quiet_checkpoint):
+        in_step, release = threading.Event(), threading.Event()
+
+        def clause(checkpoint: Any = checkpoint, in_step: threading.Event = in_step,
+                   release: threading.Event = release) -> None:
+            with gate.running("job"):
+                checkpoint()  # a step in progress: seconds of synthesis
+                in_step.set()
+                release.wait(2)
+
+        job = threading.Thread(target=clause)
+        job.start()
+        assert in_step.wait(2)
+        started = time.monotonic()
+        with gate.running("asr"):
+            assert time.monotonic() - started < 0.5
+        release.set()
+        job.join()
+    assert gate.step_waits == 0
+    # the voice's step does hold up a translation (what it yields to), at most step_wait_s
+    gate = PriorityGate(step_wait_s=0.1)
+    voice_checkpoint, _ = gate.step_hooks(["mt"], max_wait_s=2.0)
+    with gate.running("tts"):
+        voice_checkpoint()
+
+        def translation() -> None:
+            with gate.running("mt"):
+                pass
+
+        batch = threading.Thread(target=translation)
+        batch.start()
+        batch.join(2)
+    assert gate.step_waits == 1
+
+
 async def test_steps_and_batches_do_not_overlap_through_the_worker() -> None:
     tts = TimedEngine()
     llm = SteppingEngine(step_s=0.03)

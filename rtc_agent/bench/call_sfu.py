@@ -12,7 +12,9 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
   received from its feed (at least 200 ms of non-silent frames), waiting up to ``DELIVERY_WAIT_S`` after the CPU
   window for what is still on its way;
 - interpretation lag: ``lag_ms`` of each ``caption.translation`` (server side: from the end of the translated
-  speech on the speaker's clock to its emission), p50 / p90;
+  speech on the speaker's clock to its emission), p50 / p90 over ``--sfu-sentences`` sentences per listener;
+  ``lag_parts``: where it went, per translation (:func:`lag_parts`): the caption final (its ``behind_ms``), the
+  wait for the ``mt`` engine (the rest), and the translation itself (its ``translation.chunk``'s ``latency_ms``);
 - ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to
   within ``FEEDS_TIMEOUT_S`` (a language without a voice gets none).
 
@@ -41,7 +43,12 @@ from rtc_agent.rtc.sfu import FeedPublisher, JanusClient
 from rtc_agent.rtc.sources import PcmSourceTrack
 
 SENTENCES = ["Please remember to bring your umbrella tomorrow morning.", "The library opens at nine on Saturday.",
-             "Our team finished the report on Friday.", "The train to the airport leaves every twenty minutes."]
+             "Our team finished the report on Friday.", "The train to the airport leaves every twenty minutes.",
+             "My sister bought a new bicycle last week.", "We will meet in the small room after lunch.",
+             "The weather should be warm and sunny today.", "Could you send me the slides before the meeting?",
+             "The museum is closed on Mondays in winter.", "He forgot his keys at the office again.",
+             "Fresh bread is sold at the market every morning.", "The children played football in the park."]
+DEFAULT_SENTENCES = 8
 SETTLE_S = 20.0  # CPU is measured while the speech plays and this long after (the same window for every room)
 DELIVERY_WAIT_S = 60.0  # then at most this long for every listener's translation and interpretation audio
 FEEDS_TIMEOUT_S = 60.0
@@ -81,8 +88,34 @@ async def _feeds(peer: ClientPeer, languages: set[str], timeout: float) -> dict[
     return {lang: int(feed) for lang, feed in feeds.items()}
 
 
+def lag_parts(events: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """One listener's translations split into where their ``lag_ms`` went, by the end of the speech they cover:
+    ``caption_ms`` (the caption final's ``behind_ms``), ``mt_ms`` (the ``translation.chunk``'s ``latency_ms``: the
+    ``mt`` call, its queue included) and ``wait_ms``: the rest (the final waiting for the previous one's
+    translation). Translations without their final or chunk are left out."""
+    finals = {e["audio_end_ms"]: e for e in events if e["type"] == "caption.final" and e.get("behind_ms") is not None}
+    chunks = {e["audio_end_ms"]: e for e in events
+              if e["type"] == "translation.chunk" and e.get("latency_ms") is not None}
+    out = []
+    for e in events:
+        end = e.get("audio_end_ms")
+        if e["type"] != "caption.translation" or e.get("lag_ms") is None or end not in finals or end not in chunks:
+            continue
+        caption, mt = int(finals[end]["behind_ms"]), round(chunks[end]["latency_ms"])
+        out.append({"lag_ms": int(e["lag_ms"]), "caption_ms": caption, "mt_ms": mt,
+                    "wait_ms": max(0, int(e["lag_ms"]) - caption - mt)})
+    return out
+
+
+def _parts_summary(parts: list[dict[str, int]]) -> dict[str, Any]:
+    """p50 / p90 of each part of :func:`lag_parts` over many listeners' translations."""
+    return {key: {"p50": percentile_ms([p[key] / 1000 for p in parts], 50),
+                  "p90": percentile_ms([p[key] / 1000 for p in parts], 90)}
+            for key in ("caption_ms", "wait_ms", "mt_ms")} | {"count": len(parts)}
+
+
 async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
-                   languages: list[str]) -> dict[str, Any]:
+                   languages: list[str], sentences: list[str]) -> dict[str, Any]:
     room = f"sfu-bench-{n}-{int(time.time())}"
     janus = await JanusClient(ws_url, api_secret=secret).connect()
     speaker = ClientPeer(base_url, "call", receive_audio=False,
@@ -108,7 +141,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             {"feed": feeds[listeners[i].config["listen_language"]], "token": _joined(listeners[i])["sfu"]["token"]}
             for i in fed], nice=LISTENER_NICE)
         await media.start()
-        speech = load_audio_48k(espeak_clip(SENTENCES, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
+        speech = load_audio_48k(espeak_clip(sentences, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
         cpu0, wall0 = server.cpu_seconds(), time.monotonic()
         publisher = FeedPublisher(janus, sfu["room"], PcmSourceTrack(speech, 48000, tail="silence"),
                                   display=sfu["display"], token=sfu["token"])
@@ -144,7 +177,9 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
             "listener_subscribe_errors": media.failed if media is not None else [],
             "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
-                                      "count": len(lags)}}
+                                      "count": len(lags)},
+            "lag_parts": _parts_summary([p for peer in listeners for p in lag_parts(peer.events)]),
+            "lag_by_sentence": lag_parts(listeners[0].events) if listeners else []}
 
 
 def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[str]) -> dict[str, Any]:
@@ -166,6 +201,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     languages = [lang.strip() for lang in args.sfu_languages.split(",") if lang.strip()]
     if not languages or args.listeners < 3:
         raise SystemExit("--listeners must be at least 3 and --sfu-languages name at least one language")
+    if not 1 <= args.sfu_sentences <= len(SENTENCES):
+        raise SystemExit(f"--sfu-sentences must be 1 to {len(SENTENCES)}")
+    sentences = SENTENCES[:args.sfu_sentences]
     load_before = os.getloadavg()[0]
     async with contextlib.AsyncExitStack() as stack:
         if args.sfu_url:
@@ -180,10 +218,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rooms = []
         for n in sorted({3, args.listeners}):
             print(f"SFU room with {n} listeners ...", flush=True)
-            rooms.append(await run_room(server.base_url, server, ws_url, secret, n, languages))
+            rooms.append(await run_room(server.base_url, server, ws_url, secret, n, languages, sentences))
             print(rooms[-1], flush=True)
     ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
-    return {"benchmark": "call-sfu", "rooms": rooms, "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
+    return {"benchmark": "call-sfu", "sentences": len(sentences), "rooms": rooms,
+            "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
             "targets": TARGETS, "listener_media": {"process": "child", "nice": LISTENER_NICE}, "note": args.sfu_note,
             "load_1min_before": round(load_before, 2),
             "machine": machine()}
@@ -195,6 +234,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listeners", type=int, default=30, help="with --sfu: listeners of the larger room")
     parser.add_argument("--sfu-languages", default="es,de,it",
                         help="with --sfu: the listeners' languages (each with a voice here: French is text only)")
+    parser.add_argument("--sfu-sentences", type=int, default=DEFAULT_SENTENCES,
+                        help=f"with --sfu: English sentences the speaker says (1-{len(SENTENCES)}; more: a steadier "
+                             "lag p90)")
     parser.add_argument("--sfu-url", default="", help="with --sfu: a Janus WebSocket API (default: start one)")
     parser.add_argument("--sfu-api-secret", default="", help="with --sfu and --sfu-url: its api_secret")
     parser.add_argument("--sfu-note", default="", help="with --sfu: a note stored in the JSON")

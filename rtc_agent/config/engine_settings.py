@@ -104,6 +104,9 @@ class EngineSettings:
     llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
                                       "prompts, bfloat16 for long ones, on CPUs with native bf16; else float32), "
                                       "float32, bfloat16, int8 or int4.", "engines")
+    llm_adaptive_threads: bool = _opt(True, "Embedded LLM: run each step on all its threads only while the rest of "
+                                            "the machine leaves the cores idle, else on one (a step split across "
+                                            "shared cores waits for the slowest part: up to 6x slower).", "engines")
     mt_engine: str = _opt("auto", "Text translation engine: auto (ctranslate2 when mt_model_dir is set, else "
                                   "openai when mt_url is set, else embedded), embedded (the packaged LLM, a rough "
                                   "fallback), openai, ctranslate2 or none.", "engines")

@@ -62,7 +62,8 @@ class EngineSpec:
     - ``nice``: how much lower than the process's the OS scheduling priority of this engine's threads is (0-19,
       Linux thread niceness; see :func:`~rtc_agent.worker.priority.lower_thread_priority`): an engine whose long
       jobs can wait (speech synthesis far ahead of the listener) takes only the CPU time that the others leave when
-      their threads are ready to run, instead of an equal share of the cores.
+      their threads are ready to run, instead of an equal share of the cores. Its step in progress holds up no
+      batch of the engines it yields to (their batches start at once: the OS gives them the cores).
     - ``shares``: the name of an engine registered earlier whose lane this one runs on, so one loaded model serves
       two kinds of request (the embedded text translator on the embedded LLM): its queue, its threads, its loaded
       engine and its priority hooks. ``adapt(host)`` makes this engine from the host's loaded engine, once, on the

@@ -102,7 +102,9 @@ class EngineLoader:
                 raise
             # after loading: a warm-up at load time runs outside any batch and need not step aside
             if spec.yields_to and hasattr(engine, "checkpoint"):
-                checkpoint, step_done = self._priority.step_hooks(spec.yields_to, spec.yield_max_s)
+                # a job at a lower OS priority holds up no batch (see PriorityGate.step_hooks)
+                checkpoint, step_done = self._priority.step_hooks(spec.yields_to, spec.yield_max_s,
+                                                                  hold=spec.nice == 0)
                 engine.checkpoint = checkpoint  # type: ignore[attr-defined]
                 if hasattr(engine, "step_done"):
                     engine.step_done = step_done  # type: ignore[attr-defined]

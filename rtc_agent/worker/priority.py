@@ -9,9 +9,11 @@ The worker marks an engine busy for each batch it runs (:meth:`PriorityGate.runn
 ``EngineSpec.yields_to`` gets a ``checkpoint`` function (:meth:`PriorityGate.step_hooks`) that it calls
 between the steps of a long job: it returns once none of those engines is busy, or after ``max_wait_s`` at the
 latest, so a yielding job is slowed but never starved. The handshake goes both ways: a batch of an engine that
-others yield to starts once the step in progress has finished (at most ``step_wait_s`` later), so the two never
-overlap. A job that stops computing between steps (handing a result on, which may block) ends its step first
-with the ``step_done`` function of :meth:`PriorityGate.step_hooks`.
+others yield to starts once the step in progress of a job that yields to it has finished (at most
+``step_wait_s`` later), so the two never overlap; a job that yields to other engines only, or whose steps run at
+a lower OS priority (``hold=False``: a clause of a voice takes seconds, and its threads take only the CPU the
+batch leaves idle), holds up no batch. A job that stops computing between steps (handing a result on, which may
+block) ends its step first with the ``step_done`` function of :meth:`PriorityGate.step_hooks`.
 
 The gate orders whole steps; within a step, the operating system decides. An engine registered with
 ``EngineSpec.nice`` runs its threads at a lower OS priority (:func:`lower_thread_priority`), so the step in
@@ -42,7 +44,8 @@ class PriorityGate:
         self.step_wait_s = step_wait_s
         self._busy: Counter[str] = Counter()
         self._yielded_to: set[str] = set()  # engine names some checkpoint waits for
-        self._stepping: set[int] = set()  # threads of yielding jobs between a checkpoint and the next
+        # threads of yielding jobs between a checkpoint and the next -> the engine names they yield to
+        self._stepping: dict[int, frozenset[str]] = {}
         self._changed = threading.Condition()
         self.waits = 0
         self.waited_s = 0.0
@@ -51,14 +54,14 @@ class PriorityGate:
 
     @contextmanager
     def running(self, name: str) -> Iterator[None]:
-        """Mark ``name`` busy for the duration of the block (nested and concurrent blocks count). When some
-        engine yields to ``name``, the block starts after that engine's step in progress (at most
-        ``step_wait_s``). Ends the step of a yielding job that ran in this thread."""
+        """Mark ``name`` busy for the duration of the block (nested and concurrent blocks count). When a job
+        that yields to ``name`` (and holds, see :meth:`step_hooks`) is in a step, the block starts after that step
+        (at most ``step_wait_s``). Ends the step of a yielding job that ran in this thread."""
         with self._changed:
             self._busy[name] += 1
-            if name in self._yielded_to and self._stepping:
+            if name in self._yielded_to and self._stepping_for(name):
                 start = time.monotonic()
-                self._changed.wait_for(lambda: not self._stepping, timeout=self.step_wait_s)
+                self._changed.wait_for(lambda: not self._stepping_for(name), timeout=self.step_wait_s)
                 self.step_waits += 1
                 self.step_waited_s += time.monotonic() - start
         try:
@@ -68,28 +71,33 @@ class PriorityGate:
                 self._busy[name] -= 1
                 if self._busy[name] <= 0:
                     del self._busy[name]
-                self._stepping.discard(threading.get_ident())
+                self._stepping.pop(threading.get_ident(), None)
                 self._changed.notify_all()
+
+    def _stepping_for(self, name: str) -> bool:
+        """Whether a job that yields to ``name`` is in a step (call holding ``_changed``)."""
+        return any(name in watched for watched in self._stepping.values())
 
     def busy(self, names: Iterable[str]) -> bool:
         with self._changed:
             return any(self._busy.get(n) for n in names)
 
-    def step_hooks(self, names: Iterable[str],
-                   max_wait_s: float) -> tuple[Callable[[], float], Callable[[], None]]:
+    def step_hooks(self, names: Iterable[str], max_wait_s: float,
+                   hold: bool = True) -> tuple[Callable[[], float], Callable[[], None]]:
         """``(checkpoint, step_done)`` for a job that yields to ``names``.
 
         ``checkpoint()`` blocks while any of ``names`` is busy (at most ``max_wait_s``) and returns the seconds
-        waited; the caller's next step counts as in progress from then until ``step_done()``, the next
-        ``checkpoint()`` or the end of the caller's batch."""
+        waited; with ``hold``, the caller's next step counts as in progress (a batch of one of ``names`` waits for
+        it) from then until ``step_done()``, the next ``checkpoint()`` or the end of the caller's batch."""
         watched = tuple(names)
+        marks = frozenset(watched)
         with self._changed:
             self._yielded_to.update(watched)
 
         def checkpoint() -> float:
             me = threading.get_ident()
             with self._changed:
-                self._stepping.discard(me)
+                self._stepping.pop(me, None)
                 waited = 0.0
                 if any(self._busy.get(n) for n in watched):
                     self._changed.notify_all()  # a batch may be waiting for this step to end
@@ -99,14 +107,14 @@ class PriorityGate:
                     waited = time.monotonic() - start
                     self.waits += 1
                     self.waited_s += waited
-                self._stepping.add(me)
+                if hold:
+                    self._stepping[me] = marks
                 return waited
 
         def step_done() -> None:
             me = threading.get_ident()
             with self._changed:
-                if me in self._stepping:
-                    self._stepping.discard(me)
+                if self._stepping.pop(me, None) is not None:
                     self._changed.notify_all()
 
         return checkpoint, step_done

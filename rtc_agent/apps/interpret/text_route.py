@@ -4,7 +4,10 @@ Where speech translation cannot produce a listener's language (the embedded Whis
 only), the interpret app and the call rooms recognise the speech (the captions pipeline's finals) and translate
 each final's text (the cascade): :class:`FinalsTranslator` takes the finals in order, sends each as
 ``TextTranslateRequest(text, source, target, context)`` (the context being the previous finals and their
-translations) and emits, for each, the ``translation.chunk`` the speech route sends (``EMIT`` with
+translations: it grows final by final up to ``CONTEXT_MAX_FINALS`` and is then cut back to the newest
+``CONTEXT_FINALS``, so that while it grows each prompt is the previous one plus its translation and the new final,
+and the engine computes only that: the embedded LLM's row cache; a sliding window would change the prompt's start
+every time) and emits, for each, the ``translation.chunk`` the speech route sends (``EMIT`` with
 ``source_text``); ``on_text`` gets every translation (to speak it, to file it as a ``caption.translation``).
 
 Finals wait in a bounded queue (``max_pending``, the ``room_mt_backlog`` setting); past it the oldest is dropped,
@@ -18,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +31,12 @@ from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
 from rtc_agent.protocol.events import CaptionFinal, TranslationChunk, TranslationSpeechCatchup
 
-__all__ = ["CONTEXT_FINALS", "FinalTranslation", "FinalsTranslator"]
+__all__ = ["CONTEXT_FINALS", "CONTEXT_MAX_FINALS", "FinalTranslation", "FinalsTranslator"]
 
 log = logging.getLogger(__name__)
 
-CONTEXT_FINALS = 2  # previous finals (with their translations) sent with each as translation context
+CONTEXT_FINALS = 2  # previous finals (with their translations) a translation's context keeps after a cut
+CONTEXT_MAX_FINALS = 4  # the most it holds (the mt engine's chat prompt takes 4 pairs)
 DEFAULT_BACKLOG = 8
 
 
@@ -79,7 +82,7 @@ class FinalsTranslator:
         self.max_pending = max_pending
         self.engine = engine
         self.pending: WorkQueue[CaptionFinal] = WorkQueue(max_pending)
-        self.context: deque[tuple[str, str]] = deque(maxlen=CONTEXT_FINALS)
+        self.context: list[tuple[str, str]] = []
         self.index = 0
         self.texts = 0
         self.dropped = 0
@@ -161,6 +164,8 @@ class FinalsTranslator:
         if not text or target != self.target:  # nothing, or the listener changed language meanwhile
             return None
         self.context.append((source, text))
+        if len(self.context) > CONTEXT_MAX_FINALS:
+            del self.context[:-CONTEXT_FINALS]
         self.last_latency_ms = round((time.perf_counter() - started) * 1000, 1)
         self.last_lag_ms = max(0, self.now_ms() - final.audio_end_ms)
         self.texts += 1

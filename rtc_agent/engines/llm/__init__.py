@@ -87,6 +87,7 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
     if kind in EMBEDDED_NAMES:
         cache_dir = settings.cache_dir
         engine_options.setdefault("precision", settings.llm_precision)
+        engine_options.setdefault("adaptive_threads", bool(getattr(settings, "llm_adaptive_threads", True)))
 
         def embedded() -> Any:
             from rtc_agent.engines.llm.packaged import DEFAULT_MODEL

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,10 @@ class BatchModel:
     - ``eos_ids``, ``decode(ids)``: end-of-sequence ids and the detokenizer;
     - ``processors(request)``: the logits processors of one greedy request (e.g. the repetition penalty);
     - ``one(request)``: the engine's one-at-a-time answer (a ``ChatResult`` or the ``Exception`` that ended it);
-    - ``max_context``, ``model_name``, ``checkpoint`` (called before every step).
+    - ``max_context``, ``model_name``, ``checkpoint`` (called before every step);
+    - ``step(rows, decode)``: the context each forward runs in (e.g. its thread count; ``decode``: one token a row);
+    - ``seed``/``keep``: reuse of earlier rows' keys and values (see
+      :func:`~rtc_agent.engines.llm.batch_decode.greedy_batch`; None: every prompt computed whole).
     """
 
     prompt: Callable[[ChatRequest], tuple[list[int], str]]
@@ -46,6 +50,9 @@ class BatchModel:
     max_context: int
     model_name: str = ""
     checkpoint: Callable[[], object] = lambda: None
+    step: Callable[[int, bool], AbstractContextManager[None]] = lambda rows, decode: nullcontext()
+    seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None
+    keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None
 
 
 def _greedy(request: ChatRequest) -> bool:
@@ -85,7 +92,7 @@ def generate_many(model: BatchModel, requests: Sequence[ChatRequest],
                 eos_ids=model.eos_ids, decode=model.decode, stops=[list(requests[i].stop) for i, *_ in rows],
                 processors=[model.processors(requests[i]) for i, *_ in rows],
                 cancelled=[lambda: token.cancelled] * len(rows),
-                checkpoint=model.checkpoint)
+                checkpoint=model.checkpoint, step=model.step, seed=model.seed, keep=model.keep)
         except Exception as exc:
             for i in batched:
                 results[i] = exc

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,17 +54,30 @@ def _never() -> bool:
     return False
 
 
+def _no_step(rows: int, decode: bool) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
 def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts: Sequence[Sequence[int]], *,
                  max_new: Sequence[int], eos_ids: set[int], decode: Callable[[list[int]], str],
                  stops: Sequence[Sequence[str]] | None = None,
                  processors: Sequence[Sequence[Callable[[Any, Any], Any]]] | None = None,
                  cancelled: Sequence[Callable[[], bool]] | None = None,
-                 checkpoint: Callable[[], object] = lambda: None) -> list[Decoded]:
+                 checkpoint: Callable[[], object] = lambda: None,
+                 step: Callable[[int, bool], AbstractContextManager[None]] | None = None,
+                 seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None,
+                 keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None) -> list[Decoded]:
     """Decode ``prompts`` greedily together (see the module docstring).
 
     ``make_forward(pads, capacity)`` builds the batch's forward for the rows' left padding and the most columns
     it will see; ``decode(ids)`` turns generated ids into text. ``max_new[b] >= 1``; every prompt non-empty.
-    Exceptions from the forward propagate (the whole batch fails).
+    Exceptions from the forward propagate (the whole batch fails). ``step(rows, decode)``, when given, is the
+    context every forward runs in (``decode``: one token per row, not the prompts).
+
+    ``seed(forward, prompts, pads)``, when given, may put the keys and values of the prompts' first tokens in place and
+    returns the first column to compute (0: all; every row's real tokens before it must be seeded). ``keep(forward,
+    pads, fed)`` is called after the decode with each row's token ids whose keys and values the forward holds from
+    column ``pads[b]`` on (its prompt and the generated tokens fed back; not after a failed forward).
     """
     import torch
 
@@ -82,6 +96,9 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
     forward = make_forward(pads, width + max(max_new))
     step_input = torch.tensor([[filler] * pad + [int(t) for t in p] for pad, p in zip(pads, prompts, strict=True)],
                               dtype=torch.long)
+    if seed is not None:
+        first = seed(forward, prompts, pads)
+        step_input, forward.length = step_input[:, first:], first
     history = [[int(t) for t in p] for p in prompts]  # each row's own ids, for its logits processors
     generated: list[list[int]] = [[] for _ in range(rows)]
     finish: list[str | None] = [None] * rows
@@ -94,7 +111,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
         if all(f is not None for f in finish):
             break
         checkpoint()
-        with torch.inference_mode():
+        with torch.inference_mode(), (step or _no_step)(rows, step_input.shape[1] == 1):
             logits = forward.forward(step_input)
         next_ids = [filler] * rows
         for b in range(rows):
@@ -123,6 +140,9 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
             if len(generated[b]) >= max_new[b]:
                 finish[b] = "length"
         step_input = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
+    if keep is not None:  # a row's last token was fed only if the decode went on after it
+        keep(forward, pads, [history[b][:len(history[b]) - 1] if generated[b] else history[b][:len(prompts[b])]
+                             for b in range(rows)])
     out: list[Decoded] = []
     for b in range(rows):
         text = texts[b]

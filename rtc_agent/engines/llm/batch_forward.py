@@ -9,7 +9,10 @@ its row's real tokens (column minus padding), so each row computes what it would
 
 - :class:`LlamaBatchForward`: the lean path for Llama-family models (the modules
   :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder` runs, with a ``[rows, kv_heads, capacity, head_dim]``
-  cache allocated once for ``capacity`` columns; a forward past it raises ``ValueError``).
+  cache allocated once for ``capacity`` columns; a forward past it raises ``ValueError``). A row's first tokens
+  can be given instead of computed (:meth:`LlamaBatchForward.seed`, from :meth:`LlamaBatchForward.row_cache` of
+  an earlier batch; :mod:`.row_cache`): set ``length`` to the first column to compute, which no row may have an
+  unseeded real token before.
 - :class:`TransformersBatchForward`: any causal LM through its own forward (attention mask, position ids, the
   model's KV cache object).
 
@@ -71,6 +74,20 @@ class LlamaBatchForward(BatchForward):
             probe = torch.zeros(1, 1, self.head_dim, dtype=torch.float32)
             cos, sin = base.rotary_emb(probe, torch.arange(self.capacity).unsqueeze(0))
         self._cos, self._sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [capacity, head_dim]
+
+    def seed(self, row: int, keys: list[Any], values: list[Any], n: int) -> None:
+        """Put the first ``n`` tokens' keys and values of ``row`` in place (per layer ``[kv_heads, >= n,
+        head_dim]``, as :meth:`row_cache` returns them)."""
+        start = int(self.pads[row])
+        for kept, cache in ((keys, self._keys), (values, self._values)):
+            for layer, tensor in zip(cache, kept, strict=True):
+                layer[row, :, start:start + n] = tensor[:, :n]
+
+    def row_cache(self, row: int, n: int) -> tuple[list[Any], list[Any]]:
+        """Copies of the keys and values of ``row``'s first ``n`` real tokens, per layer."""
+        start = int(self.pads[row])
+        return ([k[row, :, start:start + n].clone() for k in self._keys],
+                [v[row, :, start:start + n].clone() for v in self._values])
 
     def forward(self, ids: Any) -> Any:
         torch = self._torch

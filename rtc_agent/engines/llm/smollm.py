@@ -23,6 +23,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
 from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
+from rtc_agent.engines.llm.row_cache import RowCache
+from rtc_agent.engines.llm.step_threads import StepThreads
 from rtc_agent.errors import EngineError
 
 
@@ -61,10 +64,14 @@ class SmolLMEngine(ChatEngine):
       packaged model's own default (1.1 for SmolLM2, 1.0 for Qwen2.5-Coder, which copies tool names from its
       prompt).
     - ``threads``: torch intra-op threads (process-wide; None leaves torch's default).
+    - ``adaptive_threads``: each forward step on all those threads only while the machine's other cores are idle,
+      else on one (:class:`~rtc_agent.engines.llm.step_threads.StepThreads`; ``step_threads.stats()``).
     - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
     - ``precision``: ``auto``, ``float32``, ``bfloat16``, ``int8`` or ``int4`` (see
       :mod:`~rtc_agent.engines.llm.precision`).
-    - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens.
+    - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens, and
+      (lean forward) the keys and values of recent batch rows for batch prompts that start with their tokens
+      (``rows``: :class:`~rtc_agent.engines.llm.row_cache.RowCache`).
     - ``lean_decoder``: run Llama-family models through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`
       (same modules and results, less per-token overhead); other models use transformers' forward.
 
@@ -75,7 +82,8 @@ class SmolLMEngine(ChatEngine):
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
                  repetition_penalty: float | None = None, threads: int | None = None, warmup: bool = True,
-                 precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True) -> None:
+                 precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True,
+                 adaptive_threads: bool = True) -> None:
         # no model: SmolLM2 (the engine's own default; the server's default model is chosen in ``engine_spec``)
         self.packaged = packaged_model(str(model) if model else "smollm2-135m")
         self.model_path = None if self.packaged is not None else Path(str(model))
@@ -84,6 +92,8 @@ class SmolLMEngine(ChatEngine):
             repetition_penalty = self.packaged.repetition_penalty if self.packaged is not None else 1.1
         self.repetition_penalty = repetition_penalty
         self.threads = threads
+        self.adaptive_threads = adaptive_threads
+        self.step_threads: StepThreads | None = None
         self.warmup = warmup
         self.precision = precision
         self.prefix_cache = prefix_cache
@@ -91,6 +101,8 @@ class SmolLMEngine(ChatEngine):
         self._decoder: LlamaDecoder | None = None
         self._forward_kind = ""
         self.reused_tokens = 0
+        #: recent batch rows' keys and values (``generate_many`` with ``prefix_cache``)
+        self.rows = RowCache()
         self._cached_ids: list[int] = []  # the tokens whose keys and values ``_cached_past`` holds
         self._cached_past: Any = None
         #: Called before every token and every decoder layer; the worker sets it to step aside for latency-critical
@@ -122,6 +134,8 @@ class SmolLMEngine(ChatEngine):
         self._torch = torch
         if self.threads:
             torch.set_num_threads(self.threads)
+        most = torch.get_num_threads()
+        self.step_threads = StepThreads(most, torch.set_num_threads) if self.adaptive_threads and most > 1 else None
         try:
             self.precision = resolve_precision(self.precision, torch)
         except ValueError as exc:
@@ -202,6 +216,7 @@ class SmolLMEngine(ChatEngine):
         self._model = None
         self._tokenizer = None
         self._forget_cache()
+        self.rows.clear()
 
     # generation -----------------------------------------------------------------------------------------------
 
@@ -258,7 +273,7 @@ class SmolLMEngine(ChatEngine):
             if cancel.cancelled:
                 finish = "cancelled"
                 break
-            with torch.inference_mode():
+            with torch.inference_mode(), self._step(1, past is not None and step_input.shape[1] == 1):
                 try:
                     logits, past = self._forward(step_input, past)
                 except BaseException:
@@ -307,7 +322,8 @@ class SmolLMEngine(ChatEngine):
                       cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
         """Answer ``requests`` together: the greedy ones in one batched decode (one forward per step for all;
         :func:`~rtc_agent.engines.llm.batch_chat.generate_many` says which share it), each result what
-        :meth:`generate` would give it. Not streamed; the prefix cache is neither used nor disturbed by a batch."""
+        :meth:`generate` would give it. Not streamed; the prefix cache of :meth:`generate` is neither used nor
+        disturbed by a batch, which has its own (``rows``)."""
         if self._model is None:
             raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
         tok = self._tokenizer
@@ -316,8 +332,19 @@ class SmolLMEngine(ChatEngine):
             decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
             processors=lambda request: self._processors(request, False),
             one=lambda request: self._run_job(ChatJob(request, cancel=cancel or CancelToken())),
-            max_context=self.max_context, model_name=self.model_name, checkpoint=lambda: self.checkpoint())
+            max_context=self.max_context, model_name=self.model_name, checkpoint=lambda: self.checkpoint(),
+            step=self._step, seed=self._seed_rows if self.prefix_cache else None,
+            keep=self.rows.keep_batch if self.prefix_cache else None)
         return generate_many(parts, requests, cancel)
+
+    def _step(self, rows: int, decode: bool) -> AbstractContextManager[None]:
+        """The context of one forward step: its thread count chosen by ``step_threads`` (when adaptive)."""
+        return self.step_threads.step(rows, decode) if self.step_threads is not None else nullcontext()
+
+    def _seed_rows(self, forward: BatchForward, prompts: Sequence[Sequence[int]], pads: list[int]) -> int:
+        first, reused = self.rows.seed(forward, prompts, pads)
+        self.reused_tokens += reused
+        return first
 
     def _batch_forward(self, pads: list[int], capacity: int) -> BatchForward:
         """A batched forward over the loaded model: the lean one where the lean decoder runs it."""

@@ -161,7 +161,8 @@ def _embedded_scheduling(settings: Settings) -> dict[str, Any]:
     waiting at most ``yield_max_s``: a listener waits for that text, and on a small CPU the two running at once
     slow each other down several times over (measured on 2 cores: a batch of three translations 2.5 s alone,
     7.5 s beside Kokoro clauses). And the voice's threads run ``tts_nice`` lower in CPU priority, so the clause in
-    progress when a translation or a recognition starts (or one past its wait) takes only the idle cores.
+    progress when a translation or a recognition starts (or one past its wait) takes only the idle cores; that
+    translation starts at once rather than waiting for the clause (a clause takes seconds).
     """
     nice = _number(settings, "nice", 10)
     if nice != int(nice) or not 0 <= nice <= 19:
