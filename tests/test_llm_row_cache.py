@@ -54,13 +54,13 @@ def test_a_conversation_that_goes_on_computes_only_its_new_tokens(folder: Path) 
              for s, t, r in zip(systems, first_turns, replies, strict=True)]
     expected = fresh.generate_many(after)
     seen = widths(engine)
-    before = engine.reused_tokens
+    before = engine.rows.seeded_tokens
     got = engine.generate_many(after)
     for result, reference in zip(got, expected, strict=True):
         assert isinstance(result, ChatResult) and isinstance(reference, ChatResult)
         assert (result.text, result.finish_reason) == (reference.text, reference.finish_reason)
     prompts = [engine.encode(r) for r in after]
-    assert engine.reused_tokens > before and engine.rows.hits >= 3
+    assert engine.rows.seeded_tokens > before and engine.rows.hits >= 3
     assert seen[0] < max(len(p) for p in prompts)  # the prefill started after the kept tokens
     # a batch of conversations with nothing kept is computed whole, with the same answers
     other = [conversation(s, ["completely different words here now"], []) for s in systems]

@@ -44,7 +44,7 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
 
 class RowCache:
     """The last ``size`` rows (see the module docstring); ``hits``/``reused_tokens`` count what :meth:`take`
-    served."""
+    found, ``seeded_tokens`` what :meth:`seed` put in place."""
 
     def __init__(self, size: int = 8, min_tokens: int = 8) -> None:
         if size < 1:
@@ -54,6 +54,7 @@ class RowCache:
         self._rows: OrderedDict[tuple[int, ...], KeptRow] = OrderedDict()
         self.hits = 0
         self.reused_tokens = 0
+        self.seeded_tokens = 0
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -84,20 +85,19 @@ class RowCache:
         while len(self._rows) > self.size:
             self._rows.popitem(last=False)
 
-    def seed(self, forward: BatchForward, prompts: Sequence[Sequence[int]], pads: list[int]) -> tuple[int, int]:
-        """Seed each row of a lean batch with the kept row sharing its prompt's start: the first column to
-        compute and the tokens seeded. A row with nothing kept is computed whole, and so is every row from its
+    def seed(self, forward: BatchForward, prompts: Sequence[Sequence[int]], pads: list[int]) -> int:
+        """Seed each row of a lean batch with the kept row sharing its prompt's start; the first column to
+        compute. A row with nothing kept is computed whole, and so is every row from its
         first real column on (the batch's prefill starts at one column for all)."""
         if not isinstance(forward, LlamaBatchForward):
-            return 0, 0
+            return 0
         found = [self.take(prompt) for prompt in prompts]
         first = min(pad + n for pad, (_, n) in zip(pads, found, strict=True))
-        seeded = 0
         for b, (kept, _) in enumerate(found):
             if kept is not None and first > pads[b]:
                 forward.seed(b, kept.keys, kept.values, first - pads[b])
-                seeded += first - pads[b]
-        return first, seeded
+                self.seeded_tokens += first - pads[b]
+        return first
 
     def keep_batch(self, forward: BatchForward, pads: list[int], fed: list[list[int]]) -> None:
         """Keep every row of a finished lean batch (``fed``: the ids each row's columns hold)."""

@@ -333,18 +333,13 @@ class SmolLMEngine(ChatEngine):
             processors=lambda request: self._processors(request, False),
             one=lambda request: self._run_job(ChatJob(request, cancel=cancel or CancelToken())),
             max_context=self.max_context, model_name=self.model_name, checkpoint=lambda: self.checkpoint(),
-            step=self._step, seed=self._seed_rows if self.prefix_cache else None,
+            step=self._step, seed=self.rows.seed if self.prefix_cache else None,
             keep=self.rows.keep_batch if self.prefix_cache else None)
         return generate_many(parts, requests, cancel)
 
     def _step(self, rows: int, decode: bool) -> AbstractContextManager[None]:
         """The context of one forward step: its thread count chosen by ``step_threads`` (when adaptive)."""
         return self.step_threads.step(rows, decode) if self.step_threads is not None else nullcontext()
-
-    def _seed_rows(self, forward: BatchForward, prompts: Sequence[Sequence[int]], pads: list[int]) -> int:
-        first, reused = self.rows.seed(forward, prompts, pads)
-        self.reused_tokens += reused
-        return first
 
     def _batch_forward(self, pads: list[int], capacity: int) -> BatchForward:
         """A batched forward over the loaded model: the lean one where the lean decoder runs it."""
