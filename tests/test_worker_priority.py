@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -147,26 +149,36 @@ def test_a_batch_of_a_yielded_to_engine_starts_after_the_step_in_progress() -> N
     assert gate.step_waits == 1
 
 
-def test_step_done_ends_the_step_so_a_batch_need_not_wait() -> None:
-    gate = PriorityGate(step_wait_s=2.0)
-    checkpoint, step_done = gate.step_hooks(["tts"], max_wait_s=2.0)
+@contextlib.contextmanager
+def job_in_a_step(gate: PriorityGate, checkpoint: Any, after: Any = lambda: None) -> Iterator[None]:
+    """Within the block, a job in another thread holds ``gate``'s ``"job"`` mark and is in a step (begun with
+    ``checkpoint()``, then ``after()``): seconds of work, as far as the gate knows."""
     stepping, release = threading.Event(), threading.Event()
 
-    def blocked_job() -> None:
-        with gate.running("llm"):
+    def job() -> None:
+        with gate.running("job"):
             checkpoint()
-            step_done()  # e.g. handing a token to a consumer that does not read
+            after()
             stepping.set()
             release.wait(2)
 
-    job = threading.Thread(target=blocked_job)
-    job.start()
+    thread = threading.Thread(target=job)
+    thread.start()
     assert stepping.wait(2)
-    started = time.monotonic()
-    with gate.running("tts"):
-        assert time.monotonic() - started < 0.5
-    release.set()
-    job.join()
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_step_done_ends_the_step_so_a_batch_need_not_wait() -> None:
+    gate = PriorityGate(step_wait_s=2.0)
+    checkpoint, step_done = gate.step_hooks(["tts"], max_wait_s=2.0)
+    with job_in_a_step(gate, checkpoint, after=step_done):  # e.g. handing a token to a consumer that does not read
+        started = time.monotonic()
+        with gate.running("tts"):
+            assert time.monotonic() - started < 0.5
     assert gate.step_waits == 0
 
 
@@ -194,23 +206,10 @@ def test_a_batch_waits_only_for_a_step_that_yields_to_it_and_holds() -> None:
     voice_checkpoint, _ = gate.step_hooks(["mt"], max_wait_s=2.0)
     quiet_checkpoint, _ = gate.step_hooks(["asr"], max_wait_s=2.0, hold=False)
     for checkpoint in (voice_checkpoint, quiet_checkpoint):
-        in_step, release = threading.Event(), threading.Event()
-
-        def clause(checkpoint: Any = checkpoint, in_step: threading.Event = in_step,
-                   release: threading.Event = release) -> None:
-            with gate.running("job"):
-                checkpoint()  # a step in progress: seconds of synthesis
-                in_step.set()
-                release.wait(2)
-
-        job = threading.Thread(target=clause)
-        job.start()
-        assert in_step.wait(2)
-        started = time.monotonic()
-        with gate.running("asr"):
-            assert time.monotonic() - started < 0.5
-        release.set()
-        job.join()
+        with job_in_a_step(gate, checkpoint):  # a clause in progress: seconds of synthesis
+            started = time.monotonic()
+            with gate.running("asr"):
+                assert time.monotonic() - started < 0.5
     assert gate.step_waits == 0
     # the voice's step does hold up a translation (what it yields to), at most step_wait_s
     gate = PriorityGate(step_wait_s=0.1)

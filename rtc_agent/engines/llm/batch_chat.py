@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,8 @@ class BatchModel:
     - ``processors(request)``: the logits processors of one greedy request (e.g. the repetition penalty);
     - ``one(request)``: the engine's one-at-a-time answer (a ``ChatResult`` or the ``Exception`` that ended it);
     - ``max_context``, ``model_name``, ``checkpoint`` (called before every step);
-    - ``step(rows, decode)``: the context each forward runs in (e.g. its thread count; ``decode``: one token a row);
+    - ``step(rows, decode)``: the context each forward runs in (e.g. its thread count; ``decode``: one token a row;
+      None: none);
     - ``seed``/``keep``: reuse of earlier rows' keys and values (see
       :func:`~rtc_agent.engines.llm.batch_decode.greedy_batch`; None: every prompt computed whole).
     """
@@ -50,7 +51,7 @@ class BatchModel:
     max_context: int
     model_name: str = ""
     checkpoint: Callable[[], object] = lambda: None
-    step: Callable[[int, bool], AbstractContextManager[None]] = lambda rows, decode: nullcontext()
+    step: Callable[[int, bool], AbstractContextManager[None]] | None = None
     seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None
     keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None
 

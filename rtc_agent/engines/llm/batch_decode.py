@@ -141,8 +141,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                 finish[b] = "length"
         step_input = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
     if keep is not None:  # a row's last token was fed only if the decode went on after it
-        keep(forward, pads, [history[b][:len(history[b]) - 1] if generated[b] else history[b][:len(prompts[b])]
-                             for b in range(rows)])
+        keep(forward, pads, [ids[:-1] if generated[b] else ids for b, ids in enumerate(history)])
     out: list[Decoded] = []
     for b in range(rows):
         text = texts[b]

@@ -21,7 +21,7 @@ from typing import Any
 
 from rtc_agent.engines.llm.batch_forward import BatchForward, LlamaBatchForward
 
-__all__ = ["KeptRow", "RowCache"]
+__all__ = ["KeptRow", "RowCache", "shared_prefix"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class KeptRow:
     values: list[Any]
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading token ids ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -43,8 +44,8 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class RowCache:
-    """The last ``size`` rows (see the module docstring); ``hits``/``reused_tokens`` count what :meth:`take`
-    found, ``seeded_tokens`` what :meth:`seed` put in place."""
+    """The last ``size`` rows (see the module docstring); ``hits`` counts the rows :meth:`take` found,
+    ``seeded_tokens`` the tokens :meth:`seed` put in place."""
 
     def __init__(self, size: int = 8, min_tokens: int = 8) -> None:
         if size < 1:
@@ -53,7 +54,6 @@ class RowCache:
         self.min_tokens = min_tokens
         self._rows: OrderedDict[tuple[int, ...], KeptRow] = OrderedDict()
         self.hits = 0
-        self.reused_tokens = 0
         self.seeded_tokens = 0
 
     def __len__(self) -> int:
@@ -65,14 +65,13 @@ class RowCache:
         0)`` below ``min_tokens``."""
         best, reuse = None, 0
         for row in self._rows.values():
-            n = min(_common(row.ids, prompt), len(prompt) - 1)
+            n = min(shared_prefix(row.ids, prompt), len(prompt) - 1)
             if n > reuse:
                 best, reuse = row, n
         if best is None or reuse < self.min_tokens:
             return None, 0
         self._rows.move_to_end(best.ids)
         self.hits += 1
-        self.reused_tokens += reuse
         return best, reuse
 
     def keep(self, ids: Sequence[int], keys: list[Any], values: list[Any]) -> None:

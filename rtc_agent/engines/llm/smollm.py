@@ -38,7 +38,7 @@ from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
 from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
-from rtc_agent.engines.llm.row_cache import RowCache
+from rtc_agent.engines.llm.row_cache import RowCache, shared_prefix
 from rtc_agent.engines.llm.step_threads import StepThreads
 from rtc_agent.errors import EngineError
 
@@ -368,11 +368,7 @@ class SmolLMEngine(ChatEngine):
         self._forget_cache()
         if not self.prefix_cache or past is None:
             return None, 0
-        common = 0
-        for a, b in zip(ids, prompt[:-1], strict=False):
-            if a != b:
-                break
-            common += 1
+        common = shared_prefix(ids, prompt[:-1])
         if common == 0 or not hasattr(past, "crop"):
             return None, 0
         if common < len(ids):

@@ -2,11 +2,11 @@
 
 A decode step splits every matrix product between the threads, and each product waits for its slowest part. With
 a core to itself every thread is fast: on a 2-core Xeon three translations decode in 0.77 s on 2 threads against
-1.27 s on 1. When any other thread wants a core (a Whisper decode, a voice, the event loop, another process), one
-part waits for the scheduler at every product: the same batch took 8-11 s on 2 threads beside one busy thread,
-2.0-2.4 s beside a voice at nice 10, and still 1.28-1.39 s on 1 thread in both cases. So the engine runs on all
-its threads while the rest of the machine is idle and on one while it is not. :class:`StepThreads` decides per
-step (wrap each forward in :meth:`StepThreads.step`):
+1.27 s on 1. When another thread at normal priority wants a core (a Whisper decode, the event loop, another
+process), one part waits for the scheduler at every product: the same batch took 8-11 s on 2 threads beside one
+busy thread, and still 1.28-1.39 s on 1. (Beside a voice at nice 10 in the same process the two are even.) So the
+engine runs on all its threads while the rest of the machine is idle and on one while it is not.
+:class:`StepThreads` decides per step (wrap each forward in :meth:`StepThreads.step`):
 
 - At more than one thread, a decode step (one token per row) slower than ``slow_ratio`` x the fastest recent
   decode step of the same batch size at that thread count, or slower than the fastest recent one-thread step,
