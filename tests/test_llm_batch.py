@@ -119,6 +119,27 @@ def test_stop_strings_processors_and_cancel_are_per_row() -> None:
                      eos_ids=set(), decode=decode)
 
 
+def test_each_row_is_handed_on_as_it_finishes() -> None:
+    """``done(b, decoded)``: once per row, the row's returned outcome, before the steps the longer rows still take."""
+    model = build("qwen2")
+    prompts = [[3, 4, 5], [7, 8, 9, 10], [11, 12]]
+    steps: list[int] = []
+    heard: list[tuple[int, int, Any]] = []  # (row, steps run when it was handed on, its outcome)
+    got = greedy_batch(lambda pads, cap: LlamaBatchForward(model, pads, capacity=cap), prompts, max_new=[6, 2, 4],
+                       eos_ids=set(), decode=lambda ids: " ".join(map(str, ids)),
+                       checkpoint=lambda: steps.append(1), done=lambda b, row: heard.append((b, len(steps), row)))
+    assert [(b, at) for b, at, _ in heard] == [(1, 2), (2, 4), (0, 6)]  # right after each row's last step
+    assert [row for _, _, row in sorted(heard, key=lambda h: h[0])] == got
+    assert [len(g.ids) for g in got] == [6, 2, 4] and len(steps) == 6
+
+    def broken(b: int, row: Any) -> None:
+        raise RuntimeError("the listener's queue is gone")
+
+    with pytest.raises(RuntimeError):  # an error handing a row on ends the batch
+        greedy_batch(lambda pads, cap: LlamaBatchForward(model, pads, capacity=cap), prompts, max_new=[6, 2, 4],
+                     eos_ids=set(), decode=str, done=broken)
+
+
 def _word_tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -185,8 +206,10 @@ def test_generate_many_answers_as_generate_does(folder: Path, lean: bool) -> Non
         return make(pads, capacity)
 
     engine._batch_forward = counted  # type: ignore[method-assign]
-    results = engine.generate_many(requests)
+    heard: dict[int, Any] = {}
+    results = engine.generate_many(requests, on_result=lambda i, result: heard.setdefault(i, result))
     assert made == [4]  # one batched decode for all four
+    assert heard == dict(enumerate(results))  # each result handed on once, as its row finished
     for result, (text, finish, tokens) in zip(results, expected, strict=True):
         assert isinstance(result, ChatResult)
         assert (result.text, result.finish_reason) == (text, finish)
@@ -220,3 +243,45 @@ def test_generate_many_routes_what_cannot_share_a_batch(folder: Path) -> None:
     with pytest.raises(EngineError) as err:
         engine.generate_many(greedy)
     assert err.value.code == "engine_not_loaded"
+
+
+async def test_through_the_worker_a_short_translation_arrives_before_the_batch_ends(folder: Path) -> None:
+    """The real path of a batch of translations: the worker's ``mt`` view on the LLM's lane, the translation engine
+    and the engine's batched decode. Rows run to their token limits (a tiny model's replies), which grow with the
+    source text: each caller has its translation (here: its ``mt_bad_output`` error) when its own row ends."""
+    import asyncio
+    import time
+
+    from rtc_agent.engines.mt import ChatTranslationEngine, TextTranslateRequest
+    from rtc_agent.engines.mt.chat import token_limit
+    from rtc_agent.worker import EngineSpec, Worker
+
+    def adapt(chat: Any) -> ChatTranslationEngine:
+        return ChatTranslationEngine(chat, kind="embedded", max_batch=4)
+
+    worker = Worker()
+    worker.add(EngineSpec(name="llm", factory=lambda: loaded(folder, repetition_penalty=1.0)))
+    worker.add(EngineSpec(name="mt", factory=lambda: adapt(loaded(folder)), shares="llm", adapt=adapt, max_batch=4,
+                          batch_window_ms=50, urgent=True))
+    texts = {"short": "thank you", "long": " ".join(["the meeting starts now"] * 3)}  # 22 and 61 tokens here
+    assert token_limit(texts["long"]) > token_limit(texts["short"]) + 20
+    arrived: dict[str, float] = {}
+
+    async def translate(name: str) -> None:
+        try:
+            await worker.call("mt", TextTranslateRequest(texts[name], "en", "es"), timeout=60)
+        except EngineError as exc:
+            assert exc.code == "mt_bad_output"
+        arrived[name] = time.monotonic()
+
+    try:
+        await worker.load("llm")
+        await asyncio.gather(translate("long"), translate("short"))
+        assert arrived["short"] < arrived["long"]
+        for _ in range(500):  # the batch is counted when it ends, which the last early result may precede
+            if worker.stats()["mt"]["batches"]:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.stats()["mt"]["batches"] == 1  # one batched decode for both
+    finally:
+        await worker.close()

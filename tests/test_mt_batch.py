@@ -23,6 +23,7 @@ from rtc_agent.errors import EngineError
 from rtc_agent.protocol.events import CaptionFinal
 from rtc_agent.worker import EngineSpec, Worker
 from tests.fakes import ScriptedChat
+from tests.test_worker import wait_until
 
 REPLIES = {"Spanish": "Buenos días.", "German": "Guten Morgen.", "Italian": "Buongiorno.", "French": "Bonjour."}
 
@@ -40,6 +41,7 @@ class BatchingChat(ScriptedChat):
         self.batches: list[int] = []
         self.singles: list[str] = []
         self.fail = fail  # a language whose reply runs past its limit
+        self.short: str | None = None  # a language whose reply comes before the gate opens
         self.gate = threading.Event()
         self.gate.set()
         self.running = threading.Event()
@@ -57,12 +59,23 @@ class BatchingChat(ScriptedChat):
         self.replies.append(self.reply_for(request).text)
         yield from super().generate(request, cancel)
 
-    def generate_many(self, requests: Sequence[ChatRequest],
-                      cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
+    def generate_many(self, requests: Sequence[ChatRequest], cancel: CancelToken | None = None,
+                      on_result: Any = None) -> list[ChatResult | Exception]:
+        """Replies in order; with ``short`` set, the request into that language finishes first (``on_result``)
+        and the others only once ``gate`` is set, as a batched decode's rows end a few tokens apart."""
         self.running.set()
+        results = [self.reply_for(r) for r in requests]
+        first = [i for i, r in enumerate(requests)
+                 if self.short and f"into {self.short}" in str(r.messages[0]["content"])]
+        for i in first:
+            if on_result is not None:
+                on_result(i, results[i])
         self.gate.wait(10)
         self.batches.append(len(requests))
-        return [self.reply_for(r) for r in requests]
+        for i, result in enumerate(results):
+            if on_result is not None and i not in first:
+                on_result(i, result)
+        return results
 
 
 def request(target: str, text: str = "Good morning.") -> TextTranslateRequest:
@@ -92,7 +105,7 @@ def test_translate_many_is_one_batched_generate() -> None:
 
 def test_a_failed_batch_fails_each_request_and_a_chat_without_batches_goes_one_by_one() -> None:
     class Broken(BatchingChat):
-        def generate_many(self, requests, cancel=None):  # type: ignore[no-untyped-def]
+        def generate_many(self, requests, cancel=None, on_result=None):  # type: ignore[no-untyped-def]
             raise RuntimeError("out of memory")
 
     out = ChatTranslationEngine(Broken(), kind="embedded").run_batch([request("es"), request("de")])
@@ -131,7 +144,8 @@ async def test_translations_waiting_together_go_as_one_batch_on_the_shared_lane(
     try:
         results = await asyncio.gather(*(worker.call("mt", request(t), timeout=10) for t in ("es", "de", "it")))
         assert [r.text for r in results] == ["Buenos días.", "Guten Morgen.", "Buongiorno."]
-        assert chat.batches == [3] and worker.stats()["mt"]["batches"] == 1
+        await wait_until(lambda: worker.stats()["mt"]["batches"] == 1)  # counted when the batch ends
+        assert chat.batches == [3]
         # an agent turn holds the lane: what queues meanwhile goes as batches of mt_max_batch, never with the
         # agent's waiting turn, and before it
         chat.gate.clear()
@@ -150,7 +164,40 @@ async def test_translations_waiting_together_go_as_one_batch_on_the_shared_lane(
         await asyncio.gather(first, waiting, *calls)
         # four in one batch, the fifth alone (a lone translation is one chat call), all before the waiting turn
         assert chat.batches == [3, 4] and chat.singles == ["agent turn", "Good morning.", "next"]
+        await wait_until(lambda: worker.stats()["mt"]["batches"] == 3)
         assert worker.stats()["llm"]["batches"] == 2 and worker.stats()["mt"]["mean_batch_size"] == round(8 / 3, 3)
+    finally:
+        chat.gate.set()
+        await worker.close()
+
+
+async def test_a_translation_that_finishes_first_reaches_its_caller_before_the_batch_ends() -> None:
+    """A batched decode's rows end a few tokens apart: the shortest translation is handed on (``deliver_early``)
+    while the longer ones still decode; the worker counts the batch once."""
+    chat = BatchingChat()
+    chat.short = "German"
+    chat.gate.clear()
+    worker = shared_worker(chat)
+    try:
+        calls = {t: asyncio.ensure_future(worker.call("mt", request(t), timeout=10)) for t in ("es", "de", "it")}
+        german = await asyncio.wait_for(calls["de"], 5)
+        assert german.text == "Guten Morgen." and not calls["es"].done() and not calls["it"].done()
+        assert chat.batches == []  # the batch is still running
+        chat.gate.set()
+        assert [(await calls[t]).text for t in ("es", "it")] == ["Buenos días.", "Buongiorno."]
+        await wait_until(lambda: worker.stats()["mt"]["batches"] == 1)  # counted when the batch ends
+        assert chat.batches == [3] and worker.stats()["mt"]["errors"] == 0
+        # a reply that fails as it finishes early fails only its caller, once
+        chat.fail, chat.short = "Italian", "Italian"
+        chat.gate.clear()
+        calls = {t: asyncio.ensure_future(worker.call("mt", request(t), timeout=10)) for t in ("es", "it")}
+        with pytest.raises(EngineError, match="token limit"):
+            await asyncio.wait_for(calls["it"], 5)
+        assert not calls["es"].done()
+        chat.gate.set()
+        assert (await calls["es"]).text == "Buenos días."
+        await wait_until(lambda: worker.stats()["mt"]["batches"] == 2)
+        assert worker.stats()["mt"]["errors"] == 1
     finally:
         chat.gate.set()
         await worker.close()
@@ -182,7 +229,8 @@ async def test_mt_max_batch_1_translates_one_at_a_time() -> None:
     worker = shared_worker(chat, mt_max_batch=1)
     try:
         await asyncio.gather(*(worker.call("mt", request(t), timeout=10) for t in ("es", "de", "it")))
-        assert not chat.batches and len(chat.singles) == 3 and worker.stats()["mt"]["batches"] == 3
+        await wait_until(lambda: worker.stats()["mt"]["batches"] == 3)
+        assert not chat.batches and len(chat.singles) == 3
     finally:
         await worker.close()
 

@@ -7,9 +7,15 @@ engine runs on the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+#: where :func:`deliver_early` hands a result in this thread (set by the worker around ``run_batch``)
+_early_results: ContextVar[Callable[[int, Any], object] | None] = ContextVar("rtc_agent_early_results",
+                                                                            default=None)
 
 
 class Engine(Protocol):
@@ -26,6 +32,9 @@ class Engine(Protocol):
       fails the whole batch. With ``concurrency > 1`` it is called from several threads at once.
     - ``close()`` is optional (the worker looks it up with ``getattr``) and releases resources; it is called
       once, from a worker thread, after the last batch.
+    - While ``run_batch`` runs, :func:`deliver_early` (from the same thread) hands one request's result to its
+      caller before the batch ends (e.g. the shortest of several translations decoded together); the returned
+      list still holds every result, and the worker ignores those already delivered.
     """
 
     def load(self, progress: Callable[[str], None]) -> None:
@@ -124,3 +133,22 @@ def run_each(requests: list[Any], handle: Callable[[Any], Any], *, kind: type | 
         except Exception as exc:
             results.append(exc)
     return results
+
+
+def deliver_early(index: int, result: Any) -> None:
+    """Hand ``result`` (a result or an ``Exception`` instance) of request ``index`` of the batch this thread runs
+    to its caller now, before ``run_batch`` returns (see :class:`Engine`). Outside a worker's batch (an engine
+    called directly) it does nothing."""
+    deliver = _early_results.get()
+    if deliver is not None:
+        deliver(index, result)
+
+
+@contextmanager
+def early_results(deliver: Callable[[int, Any], object]) -> Iterator[None]:
+    """Within the block, :func:`deliver_early` in this thread calls ``deliver(index, result)`` (the worker's side)."""
+    token = _early_results.set(deliver)
+    try:
+        yield
+    finally:
+        _early_results.reset(token)

@@ -20,7 +20,7 @@ from typing import Any
 
 from rtc_agent.errors import AtCapacity, EngineError
 from rtc_agent.metrics import Metrics
-from rtc_agent.worker.engine import Engine, EngineSpec
+from rtc_agent.worker.engine import Engine, EngineSpec, early_results
 from rtc_agent.worker.failures import closed_error, engine_failure
 from rtc_agent.worker.leases import EngineLeases
 from rtc_agent.worker.loader import EngineLoader
@@ -32,14 +32,18 @@ logger = logging.getLogger("rtc_agent.worker")
 
 
 def _run_in_thread(engine: Engine, requests: list[Any], gate: PriorityGate, name: str,
-                   host: Engine | None = None, hooks: Any = None) -> tuple[Any, float, float]:
+                   host: Engine | None = None, hooks: Any = None,
+                   deliver: Callable[[int, Any], object] | None = None) -> tuple[Any, float, float]:
     """Runs in an engine thread: the outcome (result list or the exception raised) and the start/end times.
     ``name`` (the engine's own, a view's included: a translation on the LLM's lane is ``mt``) is marked busy in
     ``gate`` meanwhile, for the engines that yield to it. For a view, ``host`` is the lane's engine and ``hooks``
-    the view's step hooks (:func:`hooks_of`)."""
+    the view's step hooks (:func:`hooks_of`). ``deliver`` receives what the engine hands on early
+    (:func:`~rtc_agent.worker.engine.deliver_early`)."""
     start = time.monotonic()
     try:
-        with gate.running(name), hooks_of(host, hooks) if host is not None else contextlib.nullcontext():
+        with gate.running(name), \
+                hooks_of(host, hooks) if host is not None else contextlib.nullcontext(), \
+                early_results(deliver) if deliver is not None else contextlib.nullcontext():
             outcome: Any = engine.run_batch(requests)
     except Exception as exc:
         outcome = exc
@@ -256,10 +260,16 @@ class EngineLane:
         hooks = None if view is None else self.views[view].hooks
         n = len(batch)
         owner.in_flight += n
+        loop = asyncio.get_running_loop()
+
+        def deliver(index: int, result: Any) -> None:  # in the engine thread
+            if 0 <= index < n:
+                loop.call_soon_threadsafe(self._settle, batch[index], result, owner, name)
+
         try:
-            outcome, start, end = await asyncio.get_running_loop().run_in_executor(
+            outcome, start, end = await loop.run_in_executor(
                 self.executor, _run_in_thread, engine, [p.request for p in batch], self._priority, name,
-                host if view is not None else None, hooks)
+                host if view is not None else None, hooks, deliver)
         except Exception as exc:  # e.g. the executor was shut down
             self.fail(batch, lambda who, exc=exc: engine_failure(who, exc))
             return
@@ -277,18 +287,22 @@ class EngineLane:
             logger.warning("%s", bad.message)
             self.fail(batch, lambda who: engine_failure(who, bad))
             return
-        failed = 0
-        for pending, result in zip(batch, outcome, strict=True):
-            if pending.future.done():  # the caller went away (cancelled or timed out)
-                continue
-            if isinstance(result, BaseException):
-                failed += 1
-                owner.errors += 1
-                pending.future.set_exception(engine_failure(name, result))
-            else:
-                pending.future.set_result(result)
+        failed = sum(self._settle(p, result, owner, name) for p, result in zip(batch, outcome, strict=True))
         if failed:
             logger.warning("engine %s: %d of %d requests in a batch failed", name, failed, n)
+
+    @staticmethod
+    def _settle(pending: PendingRequest, result: Any, owner: EngineLane | EngineView, name: str) -> bool:
+        """Hand ``result`` to the caller of ``pending`` unless it has one already (delivered early) or went away
+        (cancelled, timed out); True when that failed the request."""
+        if pending.future.done():
+            return False
+        if isinstance(result, BaseException):
+            owner.errors += 1
+            pending.future.set_exception(engine_failure(name, result))
+            return True
+        pending.future.set_result(result)
+        return False
 
     def _record(self, batch: list[PendingRequest], start: float, run_time: float, owner: EngineLane | EngineView,
                 name: str) -> None:

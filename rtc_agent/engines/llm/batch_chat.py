@@ -6,7 +6,11 @@ sampled request runs alone through the engine's one-at-a-time path (``one``), an
 (it keeps the engine's prefix cache); a prompt that does not fit fails that request with
 ``EngineError(code="context_length_exceeded", status=400)``. Results are what the one-at-a-time path gives: the
 reply's text (after the forced tool-call prefix, when there is one), its finish reason, usage, and timings
-(``first_token_s`` from the start of the batch, ``duration_s`` the whole batch).
+(``first_token_s`` from the start of the batch, ``duration_s`` until the request's row finished).
+
+``on_result(i, result)``, when given, receives each request's result as soon as it is known: a batched row's as
+the row finishes, while the longer rows still decode (three translations of one caption final end a few tokens
+apart), the others when they are done. The returned list holds the same results.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from rtc_agent.engines.llm.batch_decode import greedy_batch
+from rtc_agent.engines.llm.batch_decode import Decoded, greedy_batch
 from rtc_agent.engines.llm.batch_forward import BatchForward
 from rtc_agent.engines.llm.job import CancelToken
 from rtc_agent.engines.llm.messages import ChatRequest, ChatResult, Usage
@@ -60,12 +64,19 @@ def _greedy(request: ChatRequest) -> bool:
     return request.temperature is None or request.temperature <= 0
 
 
-def generate_many(model: BatchModel, requests: Sequence[ChatRequest],
-                  cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
+def generate_many(model: BatchModel, requests: Sequence[ChatRequest], cancel: CancelToken | None = None,
+                  on_result: Callable[[int, ChatResult | Exception], object] | None = None,
+                  ) -> list[ChatResult | Exception]:
     """One result per request, in order (see the module docstring); ``cancel`` stops the whole batch (each
     unfinished reply ends with ``finish_reason="cancelled"``). An error of the batched forward fails every
-    request of the batch (each gets that exception)."""
+    request of the batch still without a result (each gets that exception)."""
     results: list[ChatResult | Exception | None] = [None] * len(requests)
+
+    def settle(i: int, result: ChatResult | Exception) -> None:
+        results[i] = result
+        if on_result is not None:
+            on_result(i, result)
+
     rows: list[tuple[int, list[int], str, int]] = []  # (request index, prompt, prefix, max new tokens)
     for i, request in enumerate(requests):
         if not _greedy(request):
@@ -73,12 +84,12 @@ def generate_many(model: BatchModel, requests: Sequence[ChatRequest],
         try:
             prompt, prefix = model.prompt(request)
         except Exception as exc:
-            results[i] = exc
+            settle(i, exc)
             continue
         room = model.max_context - len(prompt)
         if room < 1:
-            results[i] = EngineError(f"the prompt has {len(prompt)} tokens; the model's context is "
-                                     f"{model.max_context}", code="context_length_exceeded", status=400)
+            settle(i, EngineError(f"the prompt has {len(prompt)} tokens; the model's context is "
+                                  f"{model.max_context}", code="context_length_exceeded", status=400))
             continue
         rows.append((i, prompt, prefix, min(request.max_tokens, room)))
     if len(rows) == 1:
@@ -87,24 +98,26 @@ def generate_many(model: BatchModel, requests: Sequence[ChatRequest],
     if rows:
         start = time.monotonic()
         token = cancel if cancel is not None else CancelToken()
+
+        def row_done(b: int, row: Decoded) -> None:
+            i, prompt, prefix, _ = rows[b]
+            settle(i, ChatResult(text=prefix + row.text, finish_reason=row.finish,
+                                 usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(row.ids)),
+                                 model=model.model_name, first_token_s=0.0 if prefix else row.first_s,
+                                 duration_s=time.monotonic() - start))
+
         try:
-            decoded = greedy_batch(
+            greedy_batch(
                 model.make_forward, [p for _, p, _, _ in rows], max_new=[m for *_, m in rows],
                 eos_ids=model.eos_ids, decode=model.decode, stops=[list(requests[i].stop) for i, *_ in rows],
                 processors=[model.processors(requests[i]) for i, *_ in rows],
                 cancelled=[lambda: token.cancelled] * len(rows),
-                checkpoint=model.checkpoint, step=model.step, seed=model.seed, keep=model.keep)
+                checkpoint=model.checkpoint, step=model.step, seed=model.seed, keep=model.keep, done=row_done)
         except Exception as exc:
             for i in batched:
-                results[i] = exc
-        else:
-            duration = time.monotonic() - start
-            for (i, prompt, prefix, _), row in zip(rows, decoded, strict=True):
-                first = 0.0 if prefix else row.first_s
-                results[i] = ChatResult(text=prefix + row.text, finish_reason=row.finish,
-                                        usage=Usage(prompt_tokens=len(prompt), completion_tokens=len(row.ids)),
-                                        model=model.model_name, first_token_s=first, duration_s=duration)
+                if results[i] is None:
+                    settle(i, exc)
     for i, request in enumerate(requests):
         if results[i] is None and i not in batched:
-            results[i] = model.one(request)
+            settle(i, model.one(request))
     return [r if r is not None else EngineError("no result", code="engine_error") for r in results]

@@ -17,7 +17,8 @@ A finished row keeps a place in the batch (fed a dummy token; its results are ig
 ``processors[b]`` are logits processors applied to row ``b`` alone with its own ids (prompt plus generated, no
 padding: e.g. transformers' ``RepetitionPenaltyLogitsProcessor``), exactly as a one-at-a-time decode applies them.
 The result of every row is the one-at-a-time greedy decode's, up to float rounding (tested on models built from a
-config). ``checkpoint`` is called before every step.
+config). ``checkpoint`` is called before every step. ``done(b, decoded)``, when given, is called once per row as the row
+finishes, while the other rows still decode (e.g. to hand a short translation on before the longest one ends).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                  checkpoint: Callable[[], object] = lambda: None,
                  step: Callable[[int, bool], AbstractContextManager[None]] | None = None,
                  seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None,
-                 keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None) -> list[Decoded]:
+                 keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None,
+                 done: Callable[[int, Decoded], object] | None = None) -> list[Decoded]:
     """Decode ``prompts`` greedily together (see the module docstring).
 
     ``make_forward(pads, capacity)`` builds the batch's forward for the rows' left padding and the most columns
@@ -77,7 +79,9 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
     ``seed(forward, prompts, pads)``, when given, may put the keys and values of the prompts' first tokens in place and
     returns the first column to compute (0: all; every row's real tokens before it must be seeded). ``keep(forward,
     pads, fed)`` is called after the decode with each row's token ids whose keys and values the forward holds from
-    column ``pads[b]`` on (its prompt and the generated tokens fed back; not after a failed forward).
+    column ``pads[b]`` on (its prompt and the generated tokens fed back; not after a failed forward). ``done(b,
+    decoded)`` gets each row's outcome (the one returned) as soon as the row finishes; an exception it raises ends
+    the batch (it propagates).
     """
     import torch
 
@@ -104,10 +108,21 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
     finish: list[str | None] = [None] * rows
     texts: list[str | None] = [None] * rows
     first: list[float | None] = [None] * rows
+    out: list[Decoded | None] = [None] * rows
+
+    def settle() -> None:
+        """Build the outcome of every row that has just finished, and hand it to ``done``."""
+        for b in range(rows):
+            if finish[b] is not None and out[b] is None:
+                out[b] = _outcome(generated[b], texts[b], str(finish[b]), first[b], decode, stops[b])
+                if done is not None:
+                    done(b, out[b])
+
     while True:
         for b in range(rows):
             if finish[b] is None and cancelled[b]():
                 finish[b] = "cancelled"
+        settle()
         if all(f is not None for f in finish):
             break
         checkpoint()
@@ -142,13 +157,15 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
         step_input = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
     if keep is not None:  # a row's last token was fed only if the decode went on after it
         keep(forward, pads, [ids[:-1] if generated[b] else ids for b, ids in enumerate(history)])
-    out: list[Decoded] = []
-    for b in range(rows):
-        text = texts[b]
-        if text is None:
-            text = decode(generated[b]) if generated[b] else ""
-            if stops[b]:
-                cut = first_stop(text, stops[b])
-                text = text[:cut] if cut >= 0 else text
-        out.append(Decoded(generated[b], text, str(finish[b]), first[b]))
-    return out
+    return [d for d in out if d is not None]
+
+
+def _outcome(ids: list[int], text: str | None, finish: str, first_s: float | None,
+             decode: Callable[[list[int]], str], stops: Sequence[str]) -> Decoded:
+    """A finished row's :class:`Decoded`: its ``text`` as cut at a stop string, else its ids decoded and cut."""
+    if text is None:
+        text = decode(ids) if ids else ""
+        if stops:
+            cut = first_stop(text, stops)
+            text = text[:cut] if cut >= 0 else text
+    return Decoded(ids, text, finish, first_s)

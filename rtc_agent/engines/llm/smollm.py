@@ -318,12 +318,13 @@ class SmolLMEngine(ChatEngine):
         yield ChatDelta(finish_reason=finish, usage=Usage(prompt_tokens=len(prompt),
                                                           completion_tokens=len(generated)))
 
-    def generate_many(self, requests: Sequence[ChatRequest],
-                      cancel: CancelToken | None = None) -> list[ChatResult | Exception]:
+    def generate_many(self, requests: Sequence[ChatRequest], cancel: CancelToken | None = None,
+                      on_result: Callable[[int, ChatResult | Exception], object] | None = None,
+                      ) -> list[ChatResult | Exception]:
         """Answer ``requests`` together: the greedy ones in one batched decode (one forward per step for all;
-        :func:`~rtc_agent.engines.llm.batch_chat.generate_many` says which share it), each result what
-        :meth:`generate` would give it. Not streamed; the prefix cache of :meth:`generate` is neither used nor
-        disturbed by a batch, which has its own (``rows``)."""
+        :func:`~rtc_agent.engines.llm.batch_chat.generate_many` says which share it, and when ``on_result`` hears
+        of each), each result what :meth:`generate` would give it. Not streamed; the prefix cache of
+        :meth:`generate` is neither used nor disturbed by a batch, which has its own (``rows``)."""
         if self._model is None:
             raise EngineError("the embedded LLM is not loaded", code="engine_not_loaded")
         tok = self._tokenizer
@@ -335,7 +336,7 @@ class SmolLMEngine(ChatEngine):
             max_context=self.max_context, model_name=self.model_name, checkpoint=lambda: self.checkpoint(),
             step=self._step, seed=self.rows.seed if self.prefix_cache else None,
             keep=self.rows.keep_batch if self.prefix_cache else None)
-        return generate_many(parts, requests, cancel)
+        return generate_many(parts, requests, cancel, on_result)
 
     def _step(self, rows: int, decode: bool) -> AbstractContextManager[None]:
         """The context of one forward step: its thread count chosen by ``step_threads`` (when adaptive)."""

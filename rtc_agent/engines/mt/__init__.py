@@ -11,7 +11,7 @@
   quality (:mod:`.quality`). The model is ``mt_model``, else ``llm_model`` when the LLM engine is embedded, else the
   packaged default. When the LLM engine is the embedded one with that same model (the defaults), the translator
   runs on the worker's ``llm`` engine: the same loaded model, the same lane and thread (``EngineSpec.shares``), a
-  translation taken before waiting agent turns (it is short, at most ``32 + len(text)`` tokens, and a listener
+  translation taken before waiting agent turns (it is short, at most ``16 + 2 * len(text) // 3`` tokens, and a listener
   waits for it) but never interrupting one. Unlike an agent turn, which runs ahead of its speech, a translation
   does not step aside for ``tts`` and ``asr`` between its steps (it is what the listener waits for; stepping aside
   before every layer while captions decode made each take tens of seconds on a busy 2-core machine). Only a

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rtc_agent.engines.mt.languages import AUTO, check_language
 from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.worker import run_each
+from rtc_agent.worker.engine import deliver_early
 
 __all__ = ["DEFAULT_MAX_CHARS", "TextTranslateRequest", "TextTranslation", "TextTranslationEngine"]
 
@@ -101,27 +102,37 @@ class TextTranslationEngine(ABC):
                               f"{request.source!r}", code="unsupported_language", status=400)
 
     def run_batch(self, requests: list[object]) -> list[object]:
-        """One result per request: a :class:`TextTranslation`, or the exception that failed that request."""
+        """One result per request: a :class:`TextTranslation`, or the exception that failed that request. Each
+        translation :meth:`translate_many` finishes before the others is handed on at once (``deliver_early``)."""
         results: list[object] = run_each(requests, self._checked, kind=TextTranslateRequest)
         todo = [i for i, r in enumerate(results) if isinstance(r, TextTranslateRequest)]
-        texts = self.translate_many([results[i] for i in todo]) if todo else []  # type: ignore[misc]
-        for i, text in zip(todo, texts, strict=True):
-            results[i] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
+
+        def finished(j: int, text: str | Exception) -> None:
+            results[todo[j]] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
+            deliver_early(todo[j], results[todo[j]])
+
+        texts = self.translate_many([results[i] for i in todo], finished) if todo else []  # type: ignore[misc]
+        for j, text in enumerate(texts):
+            results[todo[j]] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
         return results
 
     def _checked(self, request: TextTranslateRequest) -> TextTranslateRequest | TextTranslation:
         self.check(request)
         return TextTranslation(request.text, self.label) if request.same_language else request
 
-    def translate_many(self, requests: list[TextTranslateRequest]) -> list[str | Exception]:
-        """The translations of checked requests, in order (an ``Exception`` item fails one); the default runs
-        :meth:`translate` on each. Engines that batch natively override it."""
+    def translate_many(self, requests: list[TextTranslateRequest],
+                       finished: Callable[[int, str | Exception], object] | None = None) -> list[str | Exception]:
+        """The translations of checked requests, in order (an ``Exception`` item fails one); ``finished(j, text)``,
+        when given, may hear of request ``j``'s before the others are done. The default runs :meth:`translate` on
+        each (and tells ``finished`` of each). Engines that batch natively override it."""
         out: list[str | Exception] = []
         for request in requests:
             try:
                 out.append(self.translate(request))
             except Exception as exc:
                 out.append(exc)
+            if finished is not None:
+                finished(len(out) - 1, out[-1])
         return out
 
     @abstractmethod

@@ -185,7 +185,9 @@ class CTranslate2TranslationEngine(TextTranslationEngine):
             raise text
         return text
 
-    def translate_many(self, requests: list[TextTranslateRequest]) -> list[str | Exception]:
+    def translate_many(self, requests: list[TextTranslateRequest],
+                       finished: Callable[[int, str | Exception], object] | None = None) -> list[str | Exception]:
+        """One CTranslate2 batch per target language (``finished`` is not called: every result comes at the end)."""
         if self._translator is None or self._tokenizer is None:
             raise EngineError(f"{self.label} is not loaded", code="engine_error")
         out: list[str | Exception] = [""] * len(requests)

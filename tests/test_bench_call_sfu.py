@@ -1,0 +1,33 @@
+"""The SFU bench's summaries of a listener's events (rtc_agent/bench/call_sfu.py): where each translation's lag went,
+and what the listener's interpreter voice did."""
+
+from __future__ import annotations
+
+from rtc_agent.bench.call_sfu import lag_parts, speech_summary
+
+
+def test_speech_summary_counts_what_the_voice_spoke_skipped_and_dropped() -> None:
+    events = [
+        {"type": "caption.translation", "lag_ms": 2000, "audio_end_ms": 3000},
+        {"type": "translation.speech.started", "utterance_id": "u1"},
+        {"type": "translation.speech.done", "utterance_id": "u1"},
+        {"type": "caption.translation", "lag_ms": 2100, "audio_end_ms": 7000},
+        {"type": "translation.speech.catchup", "action": "speed", "lag_ms": 3500},
+        {"type": "translation.speech.catchup", "action": "skip", "lag_ms": 7200},
+        {"type": "translation.speech.catchup", "action": "drop", "lag_ms": 9100},
+        {"type": "translation.speech.started", "utterance_id": "u2"},
+        {"type": "translation.speech.done", "utterance_id": "u2", "cleared": True},
+    ]
+    assert speech_summary(events) == {"translations": 2, "started": 2, "done": 1, "skipped": 1, "dropped": 1,
+                                      "max_catchup_lag_s": 9.1}
+    assert speech_summary([])["max_catchup_lag_s"] == 0
+
+
+def test_lag_parts_split_each_translation_into_caption_wait_and_mt() -> None:
+    events = [
+        {"type": "caption.final", "audio_end_ms": 3000, "behind_ms": 450},
+        {"type": "translation.chunk", "audio_end_ms": 3000, "latency_ms": 1200.4},
+        {"type": "caption.translation", "audio_end_ms": 3000, "lag_ms": 1900},
+        {"type": "caption.translation", "audio_end_ms": 9000, "lag_ms": 1000},  # no final or chunk: left out
+    ]
+    assert lag_parts(events) == [{"lag_ms": 1900, "caption_ms": 450, "mt_ms": 1200, "wait_ms": 250}]
