@@ -447,6 +447,50 @@ async def test_speech_plays_in_order_and_catches_up_when_it_lags():
     assert [e.utterance_id for e in done] == [e.utterance_id for e in started] and not any(e.cleared for e in done)
 
 
+async def test_a_fallback_voice_speaks_what_the_voice_would_say_too_late():
+    clock = {"ms": 0}
+
+    class SlowVoice(_Synth):
+        """Its first clause comes 2.5 s after the text is asked for (a neural voice queued behind others)."""
+
+        async def stream(self, text: str, *, speed: Any = 1.0, **_: Any):
+            clock["ms"] += 2500
+            async for synthesis in super().stream(text, speed=speed):
+                yield synthesis
+
+    sink, voice, cheap, events = _Sink(), SlowVoice(), _Synth(), []
+    speaker = TranslationSpeaker(sink, voice, events.append, lambda: clock["ms"], max_lag_ms=1000, fallback=cheap)
+    task = asyncio.create_task(speaker.run())
+
+    async def spoken(n: int) -> None:
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if len(voice.texts) + len(cheap.texts) >= n:
+                return
+
+    try:
+        clock["ms"] = 1000
+        speaker.say("first part", 800)  # lag 200 ms, nothing known of the voice yet: its own voice
+        await spoken(1)
+        assert speaker.expected_synthesis_ms() == 2500
+        speaker.say("second part", clock["ms"])  # lag 1 s of queued speech + 2.5 s to synthesize > 2 x 1 s: fallback
+        await spoken(2)
+        for handle in sink.handles:
+            handle.done.set_result(0)  # played
+        clock["ms"] += 20_000  # the voice rested 20 s: its expected wait has halved twice (625 ms)
+        speaker.say("third part", clock["ms"] - 500)
+        await spoken(3)
+    finally:
+        task.cancel()
+    assert [t for t, _ in voice.texts] == ["first part", "third part"]
+    assert cheap.texts == [("second part", speaker.max_speed)]
+    assert speaker.stats()["skipped"] == 0 and speaker.stats()["fallbacks"] == 1 and len(sink.played) == 3
+    catchups = [(e.action, e.audio_end_ms) for e in events if e.type == "translation.speech.catchup"]
+    assert [c for c in catchups if c[0] in ("fallback", "skip")] == [("fallback", 3500)]
+    started = [e.text for e in events if e.type == "translation.speech.started"]
+    assert started == ["first part", "second part", "third part"]  # every text spoken, in order
+
+
 async def test_live_pipeline_cuts_the_pushed_audio_on_the_grid():
     vad = counting_vad()
     worker = Worker()

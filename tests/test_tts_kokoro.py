@@ -157,7 +157,7 @@ def test_default_routing_piper_for_english_kokoro_for_the_rest() -> None:
     assert voice_for(settings, "ja") is None and voice_for(settings, "") is None
     assert voice_for(settings, "fr") is None  # measured: not intelligible enough with the packaged voices
     assert voice_for(Settings(kokoro_voices=["fr=jm_kumo"]), "fr") == KOKORO_ENGINE_NAME  # a server's own choice
-    assert [spec.name for spec in engine_specs(settings)] == ["tts", KOKORO_ENGINE_NAME]
+    assert [spec.name for spec in engine_specs(settings)] == ["tts", KOKORO_ENGINE_NAME, "tts-espeak"]
 
 
 def test_multilingual_off_and_missing_packages_leave_text_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,7 +40,7 @@ import numpy as np
 from aiohttp import web
 
 from rtc_agent.bench.audio import load_audio_48k, resample
-from rtc_agent.bench.common import free_port, local_server, machine, percentile_ms, wer, write_json
+from rtc_agent.bench.common import free_port, local_server, machine, percentile_ms, speech_summary, wer, write_json
 from rtc_agent.bench.interpret import espeak_clip
 from rtc_agent.rtc.client import ClientPeer
 from rtc_agent.rtc.sources import PcmSourceTrack
@@ -258,6 +258,8 @@ async def run_scenario(name: str, rounds: int, mt_delay_s: float) -> dict[str, A
             for peer in peers.values():
                 await peer.close()
     listeners = {lang: measure(peer, lang, peers, speakers, positions) for lang, peer in peers.items()}
+    for lang, peer in peers.items():
+        listeners[lang]["voice"] = speech_summary(peer.events)
     resyncs = {lang: peer.audio.pacer.resyncs for lang, peer in peers.items()}
     if name == "en-es":
         for lang, peer in peers.items():

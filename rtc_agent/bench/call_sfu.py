@@ -17,7 +17,8 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
   wait for the ``mt`` engine (the rest), and the translation itself (its ``translation.chunk``'s ``latency_ms``);
 - ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to
   within ``FEEDS_TIMEOUT_S`` (a language without a voice gets none); ``speech``: what its interpreter voice did
-  (:func:`speech_summary`: texts spoken, skipped to catch up, dropped).
+  (:func:`~rtc_agent.bench.common.speech_summary`: texts spoken, skipped to catch up, spoken by the catch-up
+  voice, dropped).
 
 The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was. The listeners'
 media (every subscriber's Opus decoding: in deployment, on the listeners' own machines) runs in a child process
@@ -35,7 +36,7 @@ import time
 from typing import Any
 
 from rtc_agent.bench.audio import load_audio_48k
-from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
+from rtc_agent.bench.common import local_server, machine, percentile_ms, speech_summary, write_json
 from rtc_agent.bench.interpret import espeak_clip
 from rtc_agent.bench.janus_local import local_janus
 from rtc_agent.bench.sfu_listeners import ListenerMedia
@@ -197,19 +198,6 @@ def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[
                      "lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)},
                      "speech": speech_summary(listeners[mine[0]].events) if mine else {}}
     return out
-
-
-def speech_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """What one listener's interpreter voice did, from its events: translations it was sent, texts it started
-    speaking and finished, texts skipped to catch up (``translation.speech.catchup`` ``skip``) or captions dropped
-    untranslated (``drop``), and the largest lag a catch-up reported (s)."""
-    catchups = [e for e in events if e["type"] == "translation.speech.catchup"]
-    return {"translations": sum(1 for e in events if e["type"] == "caption.translation"),
-            "started": sum(1 for e in events if e["type"] == "translation.speech.started"),
-            "done": sum(1 for e in events if e["type"] == "translation.speech.done" and not e.get("cleared")),
-            "skipped": sum(1 for e in catchups if e.get("action") == "skip"),
-            "dropped": sum(1 for e in catchups if e.get("action") == "drop"),
-            "max_catchup_lag_s": round(max((e.get("lag_ms") or 0 for e in catchups), default=0) / 1000, 2)}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

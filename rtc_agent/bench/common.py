@@ -190,3 +190,18 @@ def wer(reference: str, hypothesis: str) -> float:
     from rtc_agent.words import wer as scored_wer
 
     return scored_wer(reference, hypothesis)
+
+
+def speech_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What one listener's interpreter voice did, from its events: translations it was sent, texts it started
+    speaking and finished, texts skipped to catch up (``translation.speech.catchup`` ``skip``), spoken by the
+    catch-up voice instead (``fallback``) or dropped untranslated (``drop``), and the largest lag a catch-up reported
+    (s)."""
+    catchups = [e for e in events if e["type"] == "translation.speech.catchup"]
+    return {"translations": sum(1 for e in events if e["type"] == "caption.translation"),
+            "started": sum(1 for e in events if e["type"] == "translation.speech.started"),
+            "done": sum(1 for e in events if e["type"] == "translation.speech.done" and not e.get("cleared")),
+            "skipped": sum(1 for e in catchups if e.get("action") == "skip"),
+            "fallback": sum(1 for e in catchups if e.get("action") == "fallback"),
+            "dropped": sum(1 for e in catchups if e.get("action") == "drop"),
+            "max_catchup_lag_s": round(max((e.get("lag_ms") or 0 for e in catchups), default=0) / 1000, 2)}

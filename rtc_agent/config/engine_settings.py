@@ -132,6 +132,10 @@ class EngineSettings:
     tts_nice: int = _opt(10, "How much lower the CPU priority of the embedded voices' threads (Piper, Kokoro) is "
                              "than the server's, 0-19: speech synthesized ahead of the listener takes the cores "
                              "that recognition and translation leave idle (0 = the same priority).", "engines")
+    tts_catchup_voice: str = _opt("espeak", "Voice of an interpretation text whose neural voice (Kokoro) fell more "
+                                            "than twice the max lag behind: espeak (espeak-ng: robotic, costs "
+                                            "almost no CPU, every text is spoken) or off (such text is skipped and "
+                                            "stays on screen).", "engines")
     tts_response_format: str = _opt("wav", "Audio format asked of the remote TTS server: wav or pcm.", "engines")
     tts_concurrency: int = _opt(4, "Requests in flight to the remote TTS server.", "engines")
     # Speech in the listener's language (engines/tts/languages.py): which engine speaks which language.

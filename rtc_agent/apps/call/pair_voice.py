@@ -3,7 +3,8 @@
 :func:`pair_voice` picks the voice with :func:`~rtc_agent.apps.interpret.deliverable.voice_of` (None when no voice
 speaks the target: the pair is text only) and builds the pair's
 :class:`~rtc_agent.apps.interpret.TranslationSpeaker`: one synthesis per text, played on every listener of the
-language who hears speech (:class:`~rtc_agent.apps.call.speech_fanout.FanoutSink`).
+language who hears speech (:class:`~rtc_agent.apps.call.speech_fanout.FanoutSink`), with the espeak-ng catch-up
+voice behind a Kokoro voice (:func:`~rtc_agent.apps.interpret.speech.catchup_synthesizer`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.speech_fanout import FanoutSink
 from rtc_agent.apps.interpret.deliverable import voice_of
-from rtc_agent.apps.interpret.speech import TranslationSpeaker
+from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.protocol import ServerEvent
 
@@ -33,7 +34,7 @@ def pair_voice(speaker: Participant, target: str, sink: FanoutSink, emit: Callab
     # every request names the target language: the engine picks its voice by it
     synthesizer = SpeechSynthesizer(ctx.worker, voice["engine"], language=target)
     return TranslationSpeaker(sink, synthesizer, emit, ctx.now_ms, max_lag_ms=max_lag_ms, speaker=speaker.tag,
-                              language=target)
+                              language=target, fallback=catchup_synthesizer(ctx.worker, voice["engine"], target))
 
 
 def hear_speech(sink: FanoutSink, listeners: list[Participant]) -> None:

@@ -42,7 +42,7 @@ from rtc_agent.apps.interpret.pipeline import InterpretPipeline
 from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
-from rtc_agent.apps.interpret.speech import TranslationSpeaker
+from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
 from rtc_agent.apps.interpret.text_route import DEFAULT_BACKLOG, FinalsTranslator, FinalTranslation
 from rtc_agent.engines import st
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
@@ -135,6 +135,7 @@ class InterpretApp(App):
         self.voice = voice_of(self.ctx.settings, target)
         if self.voice is not None:
             self.speaker.synthesizer = SpeechSynthesizer(self.ctx.worker, self.voice["engine"], language=target)
+            self.speaker.fallback = catchup_synthesizer(self.ctx.worker, self.voice["engine"], target)
         self.speaker.language = target
         self.speaker.enabled = bool(self.config["speak"] and self.voice is not None)
 

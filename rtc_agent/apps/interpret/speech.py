@@ -12,9 +12,15 @@ ahead of it - source_end_ms``. When it exceeds ``max_lag_ms`` the speaker catche
   newer text waits behind it. The newest text is always spoken (at the speed its lag asks for): skipping it wins
   no time back when the text itself arrives late (a machine slower than the speech), it only silences the
   listener.
+- a fallback voice: with a ``fallback`` synthesizer (a cheap voice: espeak-ng), a piece that would be more than
+  ``skip_lag_ms`` late once the voice had synthesized it (its lag now plus the voice's recent wait for a first
+  clause, :meth:`TranslationSpeaker.expected_synthesis_ms`) is spoken by the fallback instead, at the fastest
+  speed, and nothing is skipped: a neural voice that cannot keep up on a small CPU (three Kokoro voices on two
+  cores) then loses no text and no time, only its sound for those pieces.
 
 Every change is announced with a :class:`TranslationSpeechCatchup` event (``action``: ``speed`` when speeding up
-or changing speed, ``skip`` for skipped text, ``normal`` when back to normal speed).
+or changing speed, ``skip`` for skipped text, ``fallback`` for text the fallback voice speaks, ``normal`` when back
+to normal speed).
 
 Each spoken text is framed by ``translation.speech.started`` (when its first clause is queued, with the speech
 queued ahead of it) and ``translation.speech.done`` (when its last clause has played), so a page ducks the
@@ -35,6 +41,9 @@ from typing import Any
 
 from rtc_agent.apps.base import SpeechSink, UtteranceHandle
 from rtc_agent.apps.interpret.work_queue import WorkQueue
+from rtc_agent.engines.tts.espeak import ENGINE_NAME as ESPEAK_ENGINE
+from rtc_agent.engines.tts.espeak import VOICES as ESPEAK_VOICES
+from rtc_agent.engines.tts.languages import KOKORO_ENGINE_NAME
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.engines.tts.text import speakable
 from rtc_agent.errors import AgentError
@@ -43,9 +52,21 @@ from rtc_agent.protocol.events import TranslationSpeechCatchup, TranslationSpeec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TranslationSpeaker", "TranslationSpeechCatchup"]
+__all__ = ["TranslationSpeaker", "TranslationSpeechCatchup", "catchup_synthesizer"]
 
 _ids = itertools.count(1)
+#: the voice's expected synthesis time halves every this many ms it does not speak
+SYNTHESIS_HALF_LIFE_MS = 10_000
+
+
+def catchup_synthesizer(worker: Any, engine: str, language: str) -> SpeechSynthesizer | None:
+    """The ``fallback`` of a :class:`TranslationSpeaker` whose voice is ``engine`` speaking ``language``: the
+    espeak-ng voice behind the Kokoro voice, when the worker has it (``tts_catchup_voice``) and it speaks the
+    language; None otherwise (Piper and remote voices keep up on their own, or are not ours to replace)."""
+    names = worker.names() if hasattr(worker, "names") else []
+    if engine != KOKORO_ENGINE_NAME or ESPEAK_ENGINE not in names or language.split("-")[0] not in ESPEAK_VOICES:
+        return None
+    return SpeechSynthesizer(worker, ESPEAK_ENGINE, language=language)
 
 
 @dataclass
@@ -63,18 +84,22 @@ class TranslationSpeaker:
       speech queued ahead of the playhead (synthesis waits beyond it). ``max_pieces``: texts waiting for synthesis
       (the oldest are skipped).
     - ``speaker`` / ``language``: set on every speech event (app ``call``: whose interpretation, into what).
+    - ``fallback``: the synthesizer that speaks a piece its voice would speak too late (see the module docstring;
+      None: pieces past ``skip_lag_ms`` are skipped).
     """
 
     def __init__(self, sink: SpeechSink, synthesizer: SpeechSynthesizer, emit: Callable[[ServerEvent], None],
                  now_ms: Callable[[], int], *, max_lag_ms: int = 3000, skip_lag_ms: int | None = None,
                  max_speed: float = 1.6, max_ahead_ms: int = 15_000, max_pieces: int = 64,
-                 speaker: dict[str, str] | None = None, language: str | None = None) -> None:
+                 speaker: dict[str, str] | None = None, language: str | None = None,
+                 fallback: SpeechSynthesizer | None = None) -> None:
         if max_lag_ms < 0:
             raise ValueError("max_lag_ms must be >= 0")
         if not 1.0 <= max_speed <= 4.0:
             raise ValueError("max_speed must be within 1..4")
         self.sink = sink
         self.synthesizer = synthesizer
+        self.fallback = fallback
         self.emit = emit
         self.now_ms = now_ms
         self.max_lag_ms = max_lag_ms
@@ -93,6 +118,9 @@ class TranslationSpeaker:
         self.spoken_ms = 0
         self.skipped = 0
         self.skipped_chars = 0
+        self.fallbacks = 0  # pieces the fallback voice spoke
+        self._synthesis_ms = 0.0  # recent wait for the voice's first clause of a text (0: none yet)
+        self._synthesis_at = 0
         self.errors = 0
         self.last_lag_ms = 0
 
@@ -154,7 +182,11 @@ class TranslationSpeaker:
             piece = await self._pieces.get()
             lag = self.lag_ms(piece.source_end_ms)
             self.last_lag_ms = lag
-            if lag > self.skip_lag_ms and len(self._pieces):
+            if self.fallback is not None:  # would it still be in time once its voice has synthesized it?
+                late = lag + self.expected_synthesis_ms() > self.skip_lag_ms > 0
+            else:
+                late = lag > self.skip_lag_ms and len(self._pieces) > 0
+            if late and self.fallback is None:
                 self._announce_skip(piece, lag)
                 continue
             text = speakable(piece.text)
@@ -162,7 +194,10 @@ class TranslationSpeaker:
                 continue
             self._current_end_ms = piece.source_end_ms
             try:
-                await self._speak(text, piece.segment_id)
+                if late:
+                    await self._speak_late(piece, text, lag)
+                else:
+                    await self._speak(text, piece.segment_id)
             except AgentError as exc:
                 self.errors += 1
                 log.warning("speaking a translation failed: %s", exc)
@@ -173,8 +208,28 @@ class TranslationSpeaker:
                 log.exception("speaking a translation failed")
             await self._wait_for_room()
 
-    async def _speak(self, text: str, segment_id: str | None = None) -> None:
-        stream = self.synthesizer.stream(text, speed=self._current_speed)
+    async def _speak_late(self, piece: _Piece, text: str, lag: int) -> None:
+        """Speak ``piece`` (too late for the voice) with the fallback voice at the fastest speed."""
+        assert self.fallback is not None
+        self.fallbacks += 1
+        self.emit(TranslationSpeechCatchup(action="fallback", lag_ms=lag, speed=self.max_speed,
+                                           audio_end_ms=piece.source_end_ms, speaker=self.speaker,
+                                           segment_id=piece.segment_id))
+        await self._speak(text, piece.segment_id, self.fallback, lambda: self.max_speed)
+
+    def expected_synthesis_ms(self) -> float:
+        """How long the voice's next text may take to start: the larger of the engine's backlog now
+        (:meth:`~rtc_agent.engines.tts.stream.SpeechSynthesizer.backlog_ms`: other listeners' languages queue on the
+        same voice) and this speaker's recent wait for a text's first clause, which halves every
+        ``SYNTHESIS_HALF_LIFE_MS`` the voice did not speak (its load may have gone)."""
+        idle = max(0, self.now_ms() - self._synthesis_at)
+        backlog = getattr(self.synthesizer, "backlog_ms", None)
+        return max(self._synthesis_ms * 0.5 ** (idle / SYNTHESIS_HALF_LIFE_MS), backlog() if backlog else 0.0)
+
+    async def _speak(self, text: str, segment_id: str | None = None, synthesizer: SpeechSynthesizer | None = None,
+                     speed: Callable[[], float] | None = None) -> None:
+        asked = self.now_ms()
+        stream = (synthesizer or self.synthesizer).stream(text, speed=speed or self._current_speed)
         first: str | None = None
         last: UtteranceHandle | None = None
         try:
@@ -185,6 +240,11 @@ class TranslationSpeaker:
                     handle = self.sink.play(synthesis.pcm, synthesis.sample_rate, utterance_id=utterance_id)
                     if first is None:
                         first = utterance_id
+                        if synthesizer is None:  # the voice's own time, for expected_synthesis_ms
+                            self._synthesis_at = self.now_ms()
+                            waited = self._synthesis_at - asked
+                            self._synthesis_ms = waited if not self._synthesis_ms else \
+                                (self._synthesis_ms + waited) / 2
                         self.emit(TranslationSpeechStarted(utterance_id=first, starts_in_ms=ahead, text=text,
                                                            language=self.language, segment_id=segment_id,
                                                            speaker=self.speaker))
@@ -215,5 +275,6 @@ class TranslationSpeaker:
 
     def stats(self) -> dict[str, Any]:
         return {"spoken": self.spoken, "spoken_ms": self.spoken_ms, "skipped": self.skipped,
-                "skipped_chars": self.skipped_chars, "speed": self.speed, "lag_ms": self.last_lag_ms,
-                "queued_ms": self.queued_ms(), "errors": self.errors, "enabled": self.enabled}
+                "skipped_chars": self.skipped_chars, "fallbacks": self.fallbacks, "speed": self.speed,
+                "lag_ms": self.last_lag_ms, "queued_ms": self.queued_ms(), "errors": self.errors,
+                "enabled": self.enabled}

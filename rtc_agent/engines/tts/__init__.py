@@ -17,7 +17,9 @@ the remote engine, every language of ``tts_voices`` (``es=nova,...``). The multi
 (:mod:`rtc_agent.engines.tts.kokoro`, worker engine ``"tts-kokoro"``, loaded at first use) speaks the others it
 reads well (``tts_multilingual``, ``kokoro_voices``, ``kokoro_threads``). :func:`voice_for` says which engine
 speaks a language natively, :func:`speech_languages` lists them all; no text is ever read by a voice of another
-language (engines refuse such requests with ``unsupported_language``).
+language (engines refuse such requests with ``unsupported_language``). Where Kokoro speaks, the espeak-ng voice
+(:mod:`rtc_agent.engines.tts.espeak`, ``"tts-espeak"``) is registered too, unless ``tts_catchup_voice`` is ``off``:
+interpretation speaks with it what Kokoro fell too far behind on.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from rtc_agent.engines.tts.base import (
     encode_wav,
     language_code,
 )
+from rtc_agent.engines.tts.espeak import ENGINE_NAME as ESPEAK_ENGINE_NAME
+from rtc_agent.engines.tts.espeak import EspeakEngine
 from rtc_agent.engines.tts.kokoro import KokoroEngine
 from rtc_agent.engines.tts.languages import (
     ENGINE_NAME,
@@ -54,13 +58,19 @@ from rtc_agent.engines.tts.stream import SpeechSynthesizer, spoken_text
 from rtc_agent.engines.tts.text import ClauseSplitter, speakable, split_clauses
 from rtc_agent.worker import EngineSpec
 
+#: values of ``tts_catchup_voice``
+CATCHUP_VOICES = ("espeak", "off")
+
 __all__ = [
+    "CATCHUP_VOICES",
     "ENGINE_NAME",
+    "ESPEAK_ENGINE_NAME",
     "KOKORO_ENGINE_NAME",
     "MAX_SPEED",
     "MIN_SPEED",
     "MULTILINGUAL_MODES",
     "ClauseSplitter",
+    "EspeakEngine",
     "KokoroEngine",
     "OpenAITTSEngine",
     "PiperEngine",
@@ -68,11 +78,13 @@ __all__ = [
     "Synthesis",
     "SynthesisRequest",
     "TTSEngine",
+    "catchup_voice",
     "check_text",
     "decode_wav",
     "encode_wav",
     "engine_spec",
     "engine_specs",
+    "espeak_spec",
     "kokoro_spec",
     "language_code",
     "speakable",
@@ -191,9 +203,28 @@ def kokoro_spec(settings: Settings) -> EngineSpec:
                       **_embedded_scheduling(settings))
 
 
+def catchup_voice(settings: Settings) -> bool:
+    """Whether the espeak-ng voice speaks what a neural voice fell too far behind on (``tts_catchup_voice``)."""
+    value = str(getattr(settings, "tts_catchup_voice", "espeak") or "off").strip().lower()
+    if value not in CATCHUP_VOICES:
+        raise SettingsError(f"tts_catchup_voice must be one of {', '.join(CATCHUP_VOICES)}, got {value!r}")
+    return value == "espeak"
+
+
+def espeak_spec(settings: Settings) -> EngineSpec:
+    """The worker registration of the espeak-ng catch-up voice (``"tts-espeak"``; a clause costs ~10-20 ms, so it
+    neither yields nor waits: a voice that is already late must not wait longer)."""
+    speed = _number(settings, "speed", 1.0)
+    return EngineSpec(name=ESPEAK_ENGINE_NAME, factory=lambda: EspeakEngine(speed=speed), max_queue=64, max_batch=1,
+                      concurrency=2, nice=_embedded_scheduling(settings)["nice"])
+
+
 def engine_specs(settings: Settings) -> list[EngineSpec]:
-    """The configured engine's registration, plus Kokoro's when :func:`speech_languages` routes a language to it."""
+    """The configured engine's registration, plus Kokoro's when :func:`speech_languages` routes a language to it
+    (and then the espeak-ng catch-up voice's, unless ``tts_catchup_voice`` is off)."""
     specs = [engine_spec(settings)]
     if KOKORO_ENGINE_NAME in speech_languages(settings).values():
         specs.append(kokoro_spec(settings))
+        if catchup_voice(settings):
+            specs.append(espeak_spec(settings))
     return specs

@@ -63,6 +63,17 @@ class SpeechSynthesizer:
                                    language=language if language is not None else self.language)
         return await self.worker.call(self.engine, request, timeout=self.timeout_s)
 
+    def backlog_ms(self) -> float:
+        """About how long a clause asked for now waits for its speech: the clauses queued and in flight on the
+        engine, and this one, at the engine's mean time per clause; infinite while the engine is busy before it
+        finished its first clause (its speed is unknown), 0 when it is idle then or the worker has no ``stats``."""
+        stats = getattr(self.worker, "stats", None)
+        row = stats().get(self.engine, {}) if callable(stats) else {}
+        ahead = int(row.get("queue_depth") or 0) + int(row.get("in_flight") or 0)
+        if not row.get("batches"):
+            return float("inf") if ahead else 0.0
+        return float(row.get("mean_run_ms") or 0.0) / max(1.0, float(row.get("mean_batch_size") or 1.0)) * (ahead + 1)
+
     async def stream(self, text: str | Iterable[str] | AsyncIterable[str], *, speed: Speed = 1.0,
                      voice: str | None = None, splitter: ClauseSplitter | None = None,
                      language: str | None = None) -> AsyncIterator[Synthesis]:

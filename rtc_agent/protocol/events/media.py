@@ -160,13 +160,15 @@ class TranslationSpeechCatchup(ServerEvent):
     """
 
     type: Literal["translation.speech.catchup"] = "translation.speech.catchup"
-    action: Literal["speed", "skip", "normal", "drop"]
+    action: Literal["speed", "skip", "normal", "drop", "fallback"]
     lag_ms: int
     speed: float = 1.0
     skipped_text: str = ""
     audio_end_ms: int | None = None
     speaker: dict[str, str] | None = None  # app ``call``: whose interpretation
     segment_id: str | None = None
+    #: ``fallback``: the text at ``audio_end_ms`` was that late, and a cheaper voice (espeak-ng) speaks it, at
+    #: ``speed``, instead of skipping it.
     #: ``drop`` (app ``call``): the interpretation fell so far behind that this caption was not translated at all
     #: (``skipped_text`` is its source text); ``reason``: ``behind`` or ``muted`` (the speaker muted: its pending
     #: captions go first).
