@@ -131,3 +131,28 @@ def test_trimmed_cuts_silence_at_either_end() -> None:
     assert speech.trimmed() is speech and speech.trimmed(lead_ms=600) is speech  # nothing to cut
     quiet = Synthesis(pcm=np.zeros(100, np.int16), sample_rate=1000, text="", voice="v")
     assert quiet.trimmed(lead_ms=0, tail_ms=0) is quiet
+
+
+async def test_backlog_is_the_clauses_ahead_at_the_engines_mean_clause_time() -> None:
+    engine = ScriptedTTS(hold=("slow",))
+    worker = await make(engine)
+    tts = SpeechSynthesizer(worker)
+    try:
+        assert tts.backlog_ms() == 0.0  # idle, speed unknown: nothing ahead
+        first = asyncio.ensure_future(tts.synthesize("slow"))
+        async with asyncio.timeout(GUARD_S):
+            while not engine.started.is_set():
+                await asyncio.sleep(0.005)
+        assert tts.backlog_ms() == float("inf")  # busy before its first clause: its speed is unknown
+        engine.gate.set()
+        await asyncio.wait_for(first, GUARD_S)
+        for _ in range(200):  # the batch is counted once it ends
+            if worker.stats()["tts"]["batches"]:
+                break
+            await asyncio.sleep(0.005)
+        mean = worker.stats()["tts"]["mean_run_ms"]
+        assert mean > 0 and tts.backlog_ms() == pytest.approx(mean)  # idle again: just its own clause
+    finally:
+        engine.gate.set()
+        await worker.close()
+    assert SpeechSynthesizer(object()).backlog_ms() == 0.0  # a worker without stats
