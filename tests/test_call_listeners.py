@@ -193,3 +193,33 @@ def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
                 assert not b.page_errors(), b.diagnose("no page errors")
         finally:
             chromium.close()
+
+
+def test_a_rejoin_before_the_ended_sessions_connection_closes_still_rejoins(tmp_path):
+    """A draining server sends session.ended a moment before it closes the connection: the page's rejoin (1 s
+    later) may find its client still connected. It closes that connection and joins again (before, the client
+    refused to connect while connected, and nothing tried again: the page stayed "reconnecting" for good)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    wav = write_wav(tmp_path / "quiet.wav", np.zeros(48000, dtype=np.int16), 48000)
+    connected = ("window.rtcAgent.app.participantId() !== null && "
+                 "window.rtcAgent.client.state === 'connected'")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(audio_file=wav))
+        try:
+            page = chromium.new_context().new_page()
+            with serve(tmp_path) as served:
+                b = BrowserPage(page, served, tmp_path)
+                b.open("/call?room=early-room&name=Ann&speak=en&hear=en")
+                b.page.click("#join")
+                b.wait_js("joined", connected, 30_000)
+                first_id = b.page.evaluate("window.rtcAgent.app.participantId()")
+                # the server's session.ended arrives; its connection stays up for now
+                b.page.evaluate("window.rtcAgent.client._onMessage(JSON.stringify({type: 'session.ended', "
+                                "reason: 'server_shutdown', message: 'The server is shutting down.'}))")
+                b.wait_js("rejoined", f"{connected} && window.rtcAgent.app.participantId() !== '{first_id}'",
+                          30_000)
+                b.wait_js("reconnect badge gone", "document.getElementById('call-status').dataset.phase"
+                          " === 'connected'", 5_000)
+                assert not b.page_errors(), b.diagnose("no page errors")
+        finally:
+            chromium.close()

@@ -198,7 +198,14 @@ export function mount({ client, config, log, devices, errors, $, toggles, announ
     reconnect.left = false;
     errors.clear();
     status.update({ ended: null, leftAt: null });
+    // A rejoin can come before the ended session's connection has closed (a draining server closes it a moment
+    // after session.ended): close it first, or the client refuses to connect again and nothing retries.
+    // (The teardown is synchronous; the DELETE to the old server is not waited for.)
+    if (client.state === "connected" || client.state === "connecting") client.disconnect().catch(() => {});
     await connect();
+    // a try that failed without a "failed" state (which retries or refuses by itself) is tried again
+    const up = ["connecting", "connected", "failed"].includes(client.state);
+    if (!up && !reconnect.left && status.phase === "reconnecting") reconnect.schedule("rejoin failed");
   };
   const reconnect = new Reconnector({ join, changed: (pending) => status.update({ reconnect: pending }), log });
   const prejoin = new PreJoin({
