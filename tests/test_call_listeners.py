@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,17 +112,24 @@ def _sofia(b: BrowserPage) -> dict:
 
 
 
+#: the page is in its room over a connected session
+CONNECTED = "window.rtcAgent.app.participantId() !== null && window.rtcAgent.client.state === 'connected'"
+
+
+def _quiet_chromium(pw: Any, tmp_path: Path) -> Any:
+    """Headless Chromium whose fake microphone plays a second of silence."""
+    wav = write_wav(tmp_path / "quiet.wav", np.zeros(48000, dtype=np.int16), 48000)
+    return pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(audio_file=wav))
+
+
 @browser_test
 def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
     sync_api = pytest.importorskip("playwright.sync_api")
 
     port = browser_support.free_port()
     monkeypatch.setattr(browser_support, "free_port", lambda: port)  # the restarted server answers where it was
-    wav = write_wav(tmp_path / "quiet.wav", np.zeros(48000, dtype=np.int16), 48000)
-    connected = ("window.rtcAgent.app.participantId() !== null && "
-                 "window.rtcAgent.client.state === 'connected'")
     with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(audio_file=wav))
+        chromium = _quiet_chromium(pw, tmp_path)
         try:
             page = chromium.new_context(accept_downloads=True).new_page()
             with serve(tmp_path) as served:
@@ -130,7 +138,7 @@ def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
                 page.on("pageerror", lambda e: b.console.append(f"[pageerror] {e}"))
                 b.open("/call?room=gaps-room&name=Ann&speak=en&hear=en")
                 b.page.click("#join")
-                b.wait_js("joined", connected, 30_000)
+                b.wait_js("joined", CONNECTED, 30_000)
                 first_id = b.page.evaluate("window.rtcAgent.app.participantId()")
 
                 # a Spanish speaker (its media would come over the mesh): interpreted for me, so ducked to 15 %
@@ -185,7 +193,7 @@ def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
             with serve(tmp_path) as served_again:
                 assert served_again.base == served.base
                 # ... and rejoins the same room once the server is back, as a new participant
-                b.wait_js("rejoined", connected, 90_000)
+                b.wait_js("rejoined", CONNECTED, 90_000)
                 assert b.page.inner_text("#room-name") == "gaps-room"
                 assert b.page.evaluate("window.rtcAgent.app.participantId()") != first_id
                 b.wait_js("reconnect badge gone", "document.getElementById('call-status').dataset.phase"
@@ -195,28 +203,26 @@ def test_call_page_ducks_downloads_and_reconnects(tmp_path, monkeypatch):
             chromium.close()
 
 
+@browser_test
 def test_a_rejoin_before_the_ended_sessions_connection_closes_still_rejoins(tmp_path):
     """A draining server sends session.ended a moment before it closes the connection: the page's rejoin (1 s
     later) may find its client still connected. It closes that connection and joins again (before, the client
     refused to connect while connected, and nothing tried again: the page stayed "reconnecting" for good)."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    wav = write_wav(tmp_path / "quiet.wav", np.zeros(48000, dtype=np.int16), 48000)
-    connected = ("window.rtcAgent.app.participantId() !== null && "
-                 "window.rtcAgent.client.state === 'connected'")
     with sync_api.sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args(audio_file=wav))
+        chromium = _quiet_chromium(pw, tmp_path)
         try:
             page = chromium.new_context().new_page()
             with serve(tmp_path) as served:
                 b = BrowserPage(page, served, tmp_path)
                 b.open("/call?room=early-room&name=Ann&speak=en&hear=en")
                 b.page.click("#join")
-                b.wait_js("joined", connected, 30_000)
+                b.wait_js("joined", CONNECTED, 30_000)
                 first_id = b.page.evaluate("window.rtcAgent.app.participantId()")
                 # the server's session.ended arrives; its connection stays up for now
                 b.page.evaluate("window.rtcAgent.client._onMessage(JSON.stringify({type: 'session.ended', "
                                 "reason: 'server_shutdown', message: 'The server is shutting down.'}))")
-                b.wait_js("rejoined", f"{connected} && window.rtcAgent.app.participantId() !== '{first_id}'",
+                b.wait_js("rejoined", f"{CONNECTED} && window.rtcAgent.app.participantId() !== '{first_id}'",
                           30_000)
                 b.wait_js("reconnect badge gone", "document.getElementById('call-status').dataset.phase"
                           " === 'connected'", 5_000)

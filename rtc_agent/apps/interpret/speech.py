@@ -41,6 +41,7 @@ from typing import Any
 
 from rtc_agent.apps.base import SpeechSink, UtteranceHandle
 from rtc_agent.apps.interpret.work_queue import WorkQueue
+from rtc_agent.engines.tts.base import language_code
 from rtc_agent.engines.tts.espeak import ENGINE_NAME as ESPEAK_ENGINE
 from rtc_agent.engines.tts.espeak import VOICES as ESPEAK_VOICES
 from rtc_agent.engines.tts.languages import KOKORO_ENGINE_NAME
@@ -64,7 +65,7 @@ def catchup_synthesizer(worker: Any, engine: str, language: str) -> SpeechSynthe
     espeak-ng voice behind the Kokoro voice, when the worker has it (``tts_catchup_voice``) and it speaks the
     language; None otherwise (Piper and remote voices keep up on their own, or are not ours to replace)."""
     names = worker.names() if hasattr(worker, "names") else []
-    if engine != KOKORO_ENGINE_NAME or ESPEAK_ENGINE not in names or language.split("-")[0] not in ESPEAK_VOICES:
+    if engine != KOKORO_ENGINE_NAME or ESPEAK_ENGINE not in names or language_code(language) not in ESPEAK_VOICES:
         return None
     return SpeechSynthesizer(worker, ESPEAK_ENGINE, language=language)
 

@@ -107,13 +107,17 @@ class TextTranslationEngine(ABC):
         results: list[object] = run_each(requests, self._checked, kind=TextTranslateRequest)
         todo = [i for i, r in enumerate(results) if isinstance(r, TextTranslateRequest)]
 
-        def finished(j: int, text: str | Exception) -> None:
+        def settle(j: int, text: str | Exception) -> None:
             results[todo[j]] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
+
+        def finished(j: int, text: str | Exception) -> None:
+            settle(j, text)
             deliver_early(todo[j], results[todo[j]])
 
         texts = self.translate_many([results[i] for i in todo], finished) if todo else []  # type: ignore[misc]
         for j, text in enumerate(texts):
-            results[todo[j]] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
+            if isinstance(results[todo[j]], TextTranslateRequest):  # not handed on early: what the caller gets
+                settle(j, text)
         return results
 
     def _checked(self, request: TextTranslateRequest) -> TextTranslateRequest | TextTranslation:

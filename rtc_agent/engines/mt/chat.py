@@ -120,6 +120,7 @@ class ChatTranslationEngine(TextTranslationEngine):
         if many is None or len(requests) < 2:
             return super().translate_many(requests, finished)
         out: list[str | Exception] = []
+        handed_on: dict[int, str | Exception] = {}  # request index -> the text ``finished`` was given
         for start in range(0, len(requests), self.max_batch):
             chunk = requests[start:start + self.max_batch]
             chats = [self.chat_request(r) for r in chunk]
@@ -128,14 +129,16 @@ class ChatTranslationEngine(TextTranslationEngine):
                     results: list[Any] = list(many(chats))
                 else:
                     def on_result(j: int, result: object, start: int = start, chunk: list = chunk) -> None:
-                        finished(start + j, self._text_or_error(chunk[j], result))
+                        handed_on[start + j] = self._text_or_error(chunk[j], result)
+                        finished(start + j, handed_on[start + j])
 
                     results = list(many(chats, on_result=on_result))
                 if len(results) != len(chunk):
                     raise EngineError(f"{self.label}: {len(results)} replies for {len(chunk)} requests")
             except Exception as exc:
                 results = [exc] * len(chunk)
-            out += [self._text_or_error(request, result) for request, result in zip(chunk, results, strict=True)]
+            out += [handed_on[start + j] if start + j in handed_on else self._text_or_error(request, result)
+                    for j, (request, result) in enumerate(zip(chunk, results, strict=True))]
         return out
 
     def _text_or_error(self, request: TextTranslateRequest, result: object) -> str | Exception:
