@@ -1,9 +1,9 @@
 """The SFU bench's summaries of a listener's events (rtc_agent/bench/call_sfu.py): where each translation's lag went,
-and what the listener's interpreter voice did."""
+what the listener's interpreter voice did, and when the listener heard it."""
 
 from __future__ import annotations
 
-from rtc_agent.bench.call_sfu import lag_parts
+from rtc_agent.bench.call_sfu import lag_parts, spoken_lags
 from rtc_agent.bench.common import speech_summary
 
 
@@ -33,3 +33,21 @@ def test_lag_parts_split_each_translation_into_caption_wait_and_mt() -> None:
         {"type": "caption.translation", "audio_end_ms": 9000, "lag_ms": 1000},  # no final or chunk: left out
     ]
     assert lag_parts(events) == [{"lag_ms": 1900, "caption_ms": 450, "mt_ms": 1200, "wait_ms": 250}]
+
+
+def test_spoken_lags_time_each_spoken_text_from_the_end_of_its_source_speech() -> None:
+    events = [
+        {"type": "caption.translation", "segment_id": "s1", "text": "Hola.", "lag_ms": 1500},
+        {"type": "translation.speech.started", "segment_id": "s1", "text": "Hola.", "starts_in_ms": 0},
+        {"type": "caption.translation", "segment_id": "s2", "text": "Uno.", "lag_ms": 2000},
+        {"type": "caption.translation", "segment_id": "s2", "text": "Dos.", "lag_ms": 2500},
+        {"type": "translation.speech.started", "segment_id": "s2", "text": "Uno.", "starts_in_ms": 800},
+        {"type": "translation.speech.started", "segment_id": "s3", "text": "Tres.", "starts_in_ms": 0},  # left out
+    ]
+    times = [10.0, 10.5, 20.0, 21.0, 22.0, 30.0]
+    # s1 ended at 8.5 s, its audio starts at 10.5 s and is heard at 10.58 s; s2's "Uno." ended at 18 s (its own
+    # piece, not the later "Dos."), starts at 22.8 s behind the speech queued ahead, with no pause to hear
+    spoken = spoken_lags(events, times, onsets=[10.58, 15.0, 25.0])
+    assert spoken == [{"lag_ms": 2000, "heard_ms": 80}, {"lag_ms": 4800, "heard_ms": None}]
+    assert spoken_lags(events, times, onsets=[]) == [{"lag_ms": 2000, "heard_ms": None},
+                                                     {"lag_ms": 4800, "heard_ms": None}]

@@ -18,7 +18,9 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
 - ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to
   within ``FEEDS_TIMEOUT_S`` (a language without a voice gets none); ``speech``: what its interpreter voice did
   (:func:`~rtc_agent.bench.common.speech_summary`: texts spoken, skipped to catch up, spoken by the catch-up
-  voice, dropped).
+  voice, dropped); ``speech_lag_ms``: per text its voice spoke, from the end of the speech it translates to the
+  moment its audio starts at the server (:func:`spoken_lags`), and ``speech_heard_ms``: from then to the voice
+  onset the listener's subscriber heard through Janus (texts that start after a pause only).
 
 The peers and Janus share this machine with the server: ``load_1min_before`` says how busy it was. The listeners'
 media (every subscriber's Opus decoding: in deployment, on the listeners' own machines) runs in a child process
@@ -57,6 +59,7 @@ FEEDS_TIMEOUT_S = 60.0
 HEARD_FRAMES = 10  # 200 ms of non-silent audio from the interpreter feed
 TARGETS = {"cpu_ratio_vs_3_max": 1.15}
 LISTENER_NICE = 10  # the listeners' media process (in deployment: their own machines) yields to the server
+ONSET_WINDOW_S = (-0.1, 2.0)  # a voice onset this close to a text's start (s) is that text heard
 
 
 def _heard(media: ListenerMedia | None, fed: list[int], n: int) -> list[int]:
@@ -65,6 +68,14 @@ def _heard(media: ListenerMedia | None, fed: list[int], n: int) -> list[int]:
     for i, count in zip(fed, media.heard if media is not None else [], strict=False):
         heard[i] = count
     return heard
+
+
+def _onsets(media: ListenerMedia | None, fed: list[int], n: int) -> list[list[float]]:
+    """Per listener (of ``n``), the voice onsets heard: ``media``'s for the ``fed`` ones, else none."""
+    onsets: list[list[float]] = [[] for _ in range(n)]
+    for i, mine in zip(fed, media.onsets if media is not None else [], strict=False):
+        onsets[i] = mine
+    return onsets
 
 
 def _translated(peer: ClientPeer) -> bool:
@@ -107,6 +118,40 @@ def lag_parts(events: list[dict[str, Any]]) -> list[dict[str, int]]:
         out.append({"lag_ms": int(e["lag_ms"]), "caption_ms": caption, "mt_ms": mt,
                     "wait_ms": max(0, int(e["lag_ms"]) - caption - mt)})
     return out
+
+
+def spoken_lags(events: list[dict[str, Any]], times: list[float], onsets: list[float]) -> list[dict[str, Any]]:
+    """One listener's spoken interpretation, per ``translation.speech.started`` (``times``: each event's arrival,
+    monotonic s; ``onsets``: the voice onsets its subscriber heard, :class:`ListenerMedia`): ``lag_ms``, from the
+    end of the speech the text translates (the arrival of that segment's ``caption.translation`` of the same text,
+    else its latest one before, less its ``lag_ms``) to the moment the text's audio starts at the server (the
+    started event's arrival plus its ``starts_in_ms``: speech queued ahead of it); ``heard_ms``, from that moment
+    to the listener's first voice onset within ``ONSET_WINDOW_S`` of it (None when there is none: the voice went
+    on without a pause). Texts without a translation event are left out."""
+    out: list[dict[str, Any]] = []
+    for i, e in enumerate(events):
+        if e["type"] != "translation.speech.started":
+            continue
+        pieces = [(events[j], times[j]) for j in range(i) if events[j]["type"] == "caption.translation"
+                  and events[j]["segment_id"] == e.get("segment_id") and events[j].get("lag_ms") is not None]
+        piece = next((p for p in reversed(pieces) if p[0]["text"] == e.get("text")), pieces[-1] if pieces else None)
+        if piece is None:
+            continue
+        source_end = piece[1] - piece[0]["lag_ms"] / 1000
+        starts = times[i] + e.get("starts_in_ms", 0) / 1000
+        heard = next((t for t in onsets if starts + ONSET_WINDOW_S[0] <= t <= starts + ONSET_WINDOW_S[1]), None)
+        out.append({"lag_ms": round(1000 * (starts - source_end)),
+                    "heard_ms": None if heard is None else round(1000 * (heard - starts))})
+    return out
+
+
+def _spoken_summary(spoken: list[dict[str, Any]]) -> dict[str, Any]:
+    """``speech_lag_ms`` and ``speech_heard_ms`` (p50 / p90 / count) of :func:`spoken_lags` over listeners."""
+    lags = [s["lag_ms"] / 1000 for s in spoken]
+    heard = [s["heard_ms"] / 1000 for s in spoken if s["heard_ms"] is not None]
+    return {"speech_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)},
+            "speech_heard_ms": {"p50": percentile_ms(heard, 50), "p90": percentile_ms(heard, 90),
+                                "count": len(heard)}}
 
 
 def _parts_summary(parts: list[dict[str, int]]) -> dict[str, Any]:
@@ -165,6 +210,8 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
                 await peer.close()
         await janus.close()
     heard = _heard(media, fed, n)
+    onsets = _onsets(media, fed, n)
+    spoken = [spoken_lags(peer.events, peer.event_times, onsets[i]) for i, peer in enumerate(listeners)]
     speaker_id = _joined(speaker)["participant_id"]
     lags = [e["lag_ms"] / 1000 for peer in listeners for e in peer.events
             if e["type"] == "caption.translation" and e.get("lag_ms") is not None]
@@ -173,20 +220,23 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
     translated = sum(1 for peer in listeners if _translated(peer))
     subscribed = {lang for lang in languages if lang in feeds}
     return {"listeners": n, "languages": languages, "interpreter_feeds": sorted(feeds),
-            "by_language": _by_language(listeners, heard, subscribed),
+            "by_language": _by_language(listeners, heard, subscribed, spoken),
             "server_cpu_s": round(cpu, 2), "server_cpu_cores_used": round(cpu / wall, 3),
             "listeners_with_captions": captions, "listeners_with_translations": translated,
             "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
             "listener_subscribe_errors": media.failed if media is not None else [],
             "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
                                       "count": len(lags)},
+            **_spoken_summary([s for mine in spoken for s in mine]),
             "lag_parts": _parts_summary([p for peer in listeners for p in lag_parts(peer.events)]),
             "lag_by_sentence": lag_parts(listeners[0].events) if listeners else []}
 
 
-def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[str]) -> dict[str, Any]:
+def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[str],
+                 spoken: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Per listen language: its listeners, whether it had an interpreter feed to subscribe to, how many got a
-    translation and heard the feed, and the lag of its translations (p50 / p90 / count)."""
+    translation and heard the feed, the lag of its translations (p50 / p90 / count), what its voice did and when
+    its listeners heard it (``spoken``: :func:`spoken_lags` per listener)."""
     out: dict[str, Any] = {}
     for lang in sorted({peer.config["listen_language"] for peer in listeners}):
         mine = [i for i, peer in enumerate(listeners) if peer.config["listen_language"] == lang]
@@ -196,7 +246,8 @@ def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[
                      "with_translations": sum(1 for i in mine if _translated(listeners[i])),
                      "hearing_interpretation": sum(1 for i in mine if heard[i] >= HEARD_FRAMES),
                      "lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)},
-                     "speech": speech_summary(listeners[mine[0]].events) if mine else {}}
+                     "speech": speech_summary(listeners[mine[0]].events) if mine else {},
+                     **_spoken_summary([s for i in mine for s in spoken[i]])}
     return out
 
 

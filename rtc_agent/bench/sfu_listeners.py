@@ -8,8 +8,10 @@ does not share the benchmark's interpreter lock with the speaker's publisher and
 
 The child's protocol (one JSON object per line): stdin gets ``{"url", "api_secret", "room", "subscriptions":
 [{"feed", "token"}, ...]}``; stdout answers ``{"started": n, "failed": [error, ...]}`` once every subscription
-has been tried, then ``{"heard": [frames, ...]}`` (the 20 ms frames of non-silent audio each subscription received)
-every ``REPORT_S``; it closes its subscribers and exits when stdin ends.
+has been tried, then ``{"heard": [frames, ...], "onsets": [[t, ...], ...]}`` every ``REPORT_S``: the 20 ms frames of
+non-silent audio each subscription received so far, and the voice onsets it heard since the last report (the
+``time.monotonic()`` of a non-silent frame after at least ``ONSET_GAP_S`` without one: the system's monotonic
+clock, the same in the benchmark's process); it closes its subscribers and exits when stdin ends.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import asyncio
 import contextlib
 import json
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 REPORT_S = 0.5
 NON_SILENT = 300  # peak (int16) of a frame that counts as heard
+ONSET_GAP_S = 0.3  # a non-silent frame after this long without one starts a voice (clauses pause less)
 
 
 class ListenerMedia:
@@ -35,6 +39,7 @@ class ListenerMedia:
         self.request = {"url": url, "api_secret": api_secret, "room": room, "subscriptions": subscriptions}
         self.nice = nice
         self.heard = [0] * len(subscriptions)
+        self.onsets: list[list[float]] = [[] for _ in subscriptions]  # per subscription, monotonic seconds
         self.failed: list[str] = []
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task | None = None
@@ -56,7 +61,10 @@ class ListenerMedia:
 
     async def _read(self, stdout: asyncio.StreamReader) -> None:
         while line := await stdout.readline():
-            self.heard = list(json.loads(line).get("heard", self.heard))
+            report = json.loads(line)
+            self.heard = list(report.get("heard", self.heard))
+            for mine, new in zip(self.onsets, report.get("onsets", []), strict=False):
+                mine.extend(new)
 
     async def close(self) -> None:
         if self._process is None:
@@ -80,12 +88,23 @@ async def _serve(request: dict[str, Any]) -> None:
 
     subscriptions = request["subscriptions"]
     heard = [0] * len(subscriptions)
+    onsets: list[list[float]] = [[] for _ in subscriptions]  # since the last report
+    voiced_at = [float("-inf")] * len(subscriptions)
 
     def counter(i: int) -> Any:
         def sink(pcm: np.ndarray, _start_ms: int) -> None:
             if pcm.size and int(np.abs(pcm).max()) > NON_SILENT:
                 heard[i] += 1
+                now = time.monotonic()
+                if now - voiced_at[i] >= ONSET_GAP_S:
+                    onsets[i].append(round(now, 4))
+                voiced_at[i] = now
         return sink
+
+    def report() -> None:
+        _report({"heard": heard, "onsets": onsets})
+        for new in onsets:
+            new.clear()
 
     janus = await JanusClient(request["url"], api_secret=request.get("api_secret", "")).connect()
     subscribers: list[FeedSubscriber] = []
@@ -102,9 +121,9 @@ async def _serve(request: dict[str, Any]) -> None:
         _report({"started": len(subscribers), "failed": failed})
         stdin_closed = asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
         while not stdin_closed.done():
-            _report({"heard": heard})
+            report()
             await asyncio.wait([stdin_closed], timeout=REPORT_S)
-        _report({"heard": heard})
+        report()
     finally:
         for subscriber in subscribers:
             with contextlib.suppress(Exception):
