@@ -101,13 +101,14 @@ async def test_no_split_for_a_short_part_a_short_quiet_or_an_unusable_decode():
 
 async def test_the_split_length_follows_the_measured_final_speed():
     """A part is split off once it is longer than the final budget decodes at the speed recent final decodes
-    ran (``EarlierFinals.rate``, an average with the pause's own decode, here instant): a fast machine (0.05 s per
+    ran (``EarlierFinals.rate``, the median of the recent ones: here the mean of one at ``rate`` and the pause's own
+    decode, instant): a fast machine (0.05 s per
     second of audio, 0.025 with it: 18 s fit in 450 ms) keeps a 3 s part whole, a slow one (0.5 s per second,
     0.25 with it: 1.8 s fit) splits it."""
     for rate, splits in ((0.05, 0), (0.5, 1)):
         rec = ScriptedRecognizer([hyp("one")] * 3, finals=[hyp("One."), hyp("Two.")])
         h = Harness(rec, decode_interval_ms=10_000, split_min_s=1.0, final_budget_ms=450)
-        h.transcriber.earlier.rate = rate
+        h.transcriber.earlier.decoded(wall_s=rate, audio_s=1.0)
         assert h.transcriber.earlier.fits_s() == 0.45 / rate
         await _utterance_with_a_pause(h, before_ms=3000, quiet_ms=200, after_ms=500)
         assert h.transcriber.stats()["splits"] == splits, rate

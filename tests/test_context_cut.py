@@ -57,3 +57,61 @@ def test_context_words_must_reach_the_end_of_the_context():
     assert context_words_in(words, "Enter the number followed by the pound key.") == 3
     assert context_words_in(words, "The pound key is broken, call someone.") == 0  # matches, but not its end
     assert context_words_in([], "anything") == 0 and context_words_in(words, "") == 0
+
+
+def test_the_timing_counts_the_speech_on_each_side_not_the_pause_between():
+    """A short context final ("1"), a long pause, then the utterance: by the segment's whole span the boundary
+    would fall three words in and the one-word match would be refused; counting only the context's speech (it ends
+    at 0.83 s) the match agrees and the context's word goes."""
+    t = transcript((0.0, 5.4, " 1. From fairest creatures we desire and crease."))
+    assert without_context(t, 2.31, "1").text == "1. From fairest creatures we desire and crease."
+    assert without_context(t, 2.31, "1", speech_end_s=0.83).text == "From fairest creatures we desire and crease."
+    # the context's speech reaching the boundary is the timing as before
+    assert without_context(t, 2.31, "1", speech_end_s=2.31).text == "1. From fairest creatures we desire and crease."
+
+
+def test_a_voiced_segment_in_the_pause_before_the_utterance_is_kept():
+    """The VAD missed "So this is the sick corpus" between the last final (its speech ends at 1.5 s) and the
+    utterance (from 9.5 s): the decode with context heard it, and it goes with the utterance when its audio is
+    voiced; a segment over silence there is dropped, and so are the words that repeat the context's end."""
+    t = transcript((0.0, 1.4, " And that should be all, thanks!"), (4.6, 6.2, " So this is the sick corpus."),
+                   (9.5, 12.0, " I have a cold."), audio_s=12.0)
+    loud = lambda start, end: end - start  # noqa: E731 - every frame voiced
+    quiet = lambda start, end: 0.1  # noqa: E731
+    args = (9.5, "And that should be all, thanks!", 1.65)
+    assert without_context(t, *args, voiced=loud).text == "So this is the sick corpus. I have a cold."
+    assert without_context(t, *args, voiced=quiet).text == "I have a cold."
+    assert without_context(t, *args).text == "I have a cold."  # no audio check: never kept
+    again = transcript((2.0, 3.0, " all, thanks!"), (9.5, 12.0, " I have a cold."), audio_s=12.0)
+    assert without_context(again, *args, voiced=loud).text == "I have a cold."
+    cut = without_context(t, *args, voiced=loud)
+    assert [(s.start, s.end) for s in cut.segments] == [(0.0, 0.0), (0.0, 2.5)]
+
+
+def test_a_segment_from_the_pause_into_the_utterance_is_the_utterances_repeat_or_not():
+    """The prompt said again after a pause: Whisper starts its segment in the pause (4.0 s; the context's speech
+    ends at 3.55 s, the utterance starts at 4.35 s) and runs it into the utterance. Its words repeat the context's
+    end and are kept, as without the pause rule; a missed sentence run into the utterance is kept whole too."""
+    t = transcript((0.0, 3.5, " Please enter your password, followed by the pound key."),
+                   (4.0, 6.1, " Followed by the pound key."), audio_s=6.1)
+    context = "Please enter your password, followed by the pound key."
+    for voiced in (None, lambda start, end: end - start):
+        assert without_context(t, 4.35, context, 3.55, voiced).text == "Followed by the pound key."
+    t = transcript((0.0, 1.4, " And that should be all, thanks!"),
+                   (4.6, 12.0, " So this is the sick corpus. I have a cold."), audio_s=12.0)
+    assert without_context(t, 9.5, "And that should be all, thanks!", 1.65, lambda start, end: end - start).text == \
+        "So this is the sick corpus. I have a cold."
+
+
+def test_voiced_audio_counts_frames_above_the_recordings_noise():
+    import numpy as np
+
+    from rtc_agent.apps.captions.voiced import VoicedAudio
+
+    rng = np.random.default_rng(0)
+    audio = (0.001 * rng.standard_normal(16000 * 4)).astype(np.float32)  # hiss at -60 dBFS
+    audio[16000:24000] += (0.1 * np.sin(np.arange(8000) * 0.1)).astype(np.float32)  # 0.5 s of tone at 1 s
+    voiced = VoicedAudio(audio)
+    assert abs(voiced.seconds(0.0, 4.0) - 0.5) <= 0.04
+    assert voiced.seconds(2.0, 4.0) == 0.0
+    assert VoicedAudio(np.zeros(16000, dtype=np.float32)).seconds(0.0, 1.0) == 0.0  # digital silence

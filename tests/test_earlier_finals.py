@@ -17,15 +17,30 @@ def test_the_span_reaches_back_as_far_as_the_budget_allows():
     e = finals()
     # no speed known yet: up to context_s; a final in another language ends the run of the same language
     assert e.limit_s() == 16.0
-    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3")
-    assert e.span(15000, 0, 13000, None) == (800, "text 0 text 1 text 2 text 3")
+    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
+    assert e.span(15000, 0, 13000, None) == (800, "text 0 text 1 text 2 text 3", 12000)
     assert e.span(15000, 0, 13000, "de") is None  # the latest finals are English
-    assert e.span(15000, 8000, 13000, "en") == (9800, "text 3")  # audio before 8 s is no longer kept
-    assert e.span(15000, 0, 11000, "en") == (6800, "text 2")  # a final overlapping the utterance is not context
+    assert e.span(15000, 8000, 13000, "en") == (9800, "text 3", 12000)  # audio before 8 s is no longer kept
+    assert e.span(15000, 0, 11000, "en") == (6800, "text 2", 9000)  # a final overlapping the utterance is not context
     e.decoded(wall_s=0.75, audio_s=10.0)  # 0.075 s a second of audio: 6 s fit 450 ms
     assert abs(e.limit_s() - 6.0) < 1e-9
-    assert e.span(15000, 0, 13000, "en") == (9800, "text 3")
+    assert e.span(15000, 0, 13000, "en") == (9800, "text 3", 12000)
     e.decoded(wall_s=10.0, audio_s=1.0)  # very slow (a busy engine): nothing fits
+    assert e.span(15000, 0, 13000, "en") is None
+
+
+def test_one_slow_final_decode_does_not_take_the_context_away():
+    """The speed is the median of the last three final decodes: one that ran 4x its usual time (the repetition
+    guard decoded it again) leaves the next final its context; two in a row (a busy engine) shrink it."""
+    e = finals()
+    for _ in range(3):
+        e.decoded(wall_s=0.3, audio_s=10.0)  # 0.03 s a second: 15 s fit 450 ms
+    assert abs(e.limit_s() - 15.0) < 1e-9
+    e.decoded(wall_s=1.2, audio_s=10.0)
+    assert abs(e.limit_s() - 15.0) < 1e-9
+    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
+    e.decoded(wall_s=1.2, audio_s=10.0)  # 0.12 s a second: 3.75 s fit
+    assert abs(e.limit_s() - 3.75) < 1e-9
     assert e.span(15000, 0, 13000, "en") is None
 
 

@@ -5,13 +5,22 @@ hears a voice better with more of it; only the text of the new utterance is kept
 say where most of it starts, but a segment may straddle the boundary ("...followed by the pound key is now in the
 conference.", with the boundary after "key"). Such a segment is split where its words stop matching the end of
 the context's known text (the finals already shown for that audio), when that agrees with the segment's timing;
-otherwise the segment's middle decides.
+otherwise the segment's middle decides. The timing counts speech only: from the context's last final to the
+utterance the VAD heard none, so a segment that spans that pause has no words in it.
+
+A segment that starts in that pause and runs on into the utterance is the utterance's, whole (its words may repeat
+the context's: "...followed by the pound key." then "Followed by the pound key."). One that starts and ends in the
+pause is speech the VAD missed (a quiet voice, a recording it does not take for speech) or the end of the last final
+that its decode lost: it goes with the utterance, less any words that repeat the end of the context's text, when
+its audio is voiced (``voiced``: seconds of it above the noise) for at least ``GAP_VOICED_S``; otherwise it is
+dropped, as words Whisper may write over silence.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable
 
 from rtc_agent.engines.asr.base import Segment, Transcript
 from rtc_agent.words import normalize
@@ -29,6 +38,8 @@ END_SLACK_WORDS = 1
 #: ("...followed by the pound key." then "Followed by the pound key.") would lose them.
 CUT_SLACK_WORDS = 2
 CUT_SLACK_SHARE = 0.25
+#: A segment in the pause before the utterance is kept when this much of its audio is voiced (seconds).
+GAP_VOICED_S = 0.3
 
 
 def context_words_in(words: list[str], context_text: str) -> int:
@@ -47,11 +58,14 @@ def context_words_in(words: list[str], context_text: str) -> int:
     return best
 
 
-def _split(seg: Segment, context_s: float, context_text: str) -> Segment | None:
-    """The utterance's part of a segment that straddles the boundary (None: nothing of it)."""
+def _split(seg: Segment, context_s: float, context_text: str, speech_end_s: float) -> Segment | None:
+    """The utterance's part of a segment that straddles the boundary (None: nothing of it); ``speech_end_s``:
+    where the context's speech ends."""
     words = seg.text.split()
     cut = context_words_in(words, context_text) if context_text else 0
-    expected = len(words) * (context_s - seg.start) / max(seg.end - seg.start, 1e-3)
+    before = max(0.0, min(speech_end_s, context_s) - seg.start)  # the segment's speech before the boundary
+    after = max(0.0, seg.end - context_s)
+    expected = len(words) * before / max(before + after, 1e-3)
     if abs(cut - expected) > max(CUT_SLACK_WORDS, CUT_SLACK_SHARE * len(words)):
         cut = 0  # the text and the timing disagree: trust neither cut, use the segment's middle
     if cut == 0:
@@ -60,16 +74,38 @@ def _split(seg: Segment, context_s: float, context_text: str) -> Segment | None:
     return Segment(context_s, seg.end, " " + " ".join(rest)) if rest else None
 
 
-def without_context(t: Transcript, context_s: float, context_text: str = "") -> Transcript:
+def _in_gap(seg: Segment, context_text: str, voiced: Callable[[float, float], float]) -> Segment | None:
+    """A segment that starts in the pause before the utterance, less the words that repeat the context's text;
+    None when nothing is left or its audio is not voiced."""
+    words = seg.text.split()
+    rest = words[context_words_in(words, context_text):]
+    if not rest or voiced(seg.start, seg.end) < GAP_VOICED_S:
+        return None
+    return Segment(seg.start, seg.end, " " + " ".join(rest))
+
+
+def without_context(t: Transcript, context_s: float, context_text: str = "", speech_end_s: float | None = None,
+                    voiced: Callable[[float, float], float] | None = None) -> Transcript:
     """A transcript of ``context_s`` seconds of context followed by an utterance, cut to the utterance: segments
     after the boundary are kept, those before it dropped, a straddling one split against ``context_text`` (the
-    context's known text); times shifted to the utterance's audio."""
+    context's known text, whose speech ends at ``speech_end_s``: None, at the boundary); a segment starting in the
+    pause between (after ``speech_end_s``) kept as the module docstring says (``voiced(start_s, end_s)``: seconds
+    of voiced audio; None: never kept); times shifted to the utterance's audio (a kept pause segment starts at 0)."""
+    speech_end = context_s if speech_end_s is None else speech_end_s
     kept: list[Segment] = []
     for seg in t.segments:
+        if voiced is not None and speech_end <= seg.start < context_s - STRADDLE_SLACK_S:
+            if seg.end > context_s + STRADDLE_SLACK_S:  # runs on into the utterance: all of it is the utterance's
+                kept.append(Segment(0.0, seg.end - context_s, seg.text))  # (a repeat of the context's words too)
+                continue
+            part = _in_gap(seg, context_text, voiced)
+            if part is not None:
+                kept.append(Segment(0.0, max(0.0, part.end - context_s), part.text))
+            continue
         if seg.end <= context_s + STRADDLE_SLACK_S and (seg.start + seg.end) / 2 < context_s:
             continue  # the context's
         if seg.start < context_s - STRADDLE_SLACK_S:
-            part = _split(seg, context_s, context_text)
+            part = _split(seg, context_s, context_text, speech_end)
             if part is None:
                 continue
             seg = part

@@ -7,11 +7,17 @@ finals and that speed, and picks the span: it knows nothing of audio buffers or 
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["EarlierFinals", "FinalCaption"]
+
+#: The speed of final decodes is the median of this many recent ones: one decode the engine's repetition guard ran
+#: again (3-5x its usual time) does not take the next finals' context away, two slow ones in a row (a busy
+#: engine) do.
+RATE_WINDOW = 3
 
 
 @dataclass
@@ -35,7 +41,7 @@ class EarlierFinals:
         self.budget_ms = budget_ms
         self.preroll_ms = preroll_ms
         self.finals: deque[FinalCaption] = deque(maxlen=max_finals)
-        self.rate: float | None = None  # recent final decodes: wall seconds per second of audio (an EMA)
+        self._rates: deque[float] = deque(maxlen=RATE_WINDOW)  # recent final decodes: wall s per s of audio
 
     def __len__(self) -> int:
         return len(self.finals)
@@ -47,12 +53,17 @@ class EarlierFinals:
     def add(self, final: FinalCaption) -> None:
         self.finals.append(final)
 
+    @property
+    def rate(self) -> float | None:
+        """Wall seconds per second of audio of recent final decodes (the median of the last ``RATE_WINDOW``); None
+        before the first."""
+        return statistics.median(self._rates) if self._rates else None
+
     def decoded(self, wall_s: float, audio_s: float) -> None:
         """A final decode of ``audio_s`` seconds took ``wall_s`` (queueing included: under load it shrinks the
-        next span)."""
+        next spans)."""
         if audio_s > 0:
-            rate = wall_s / audio_s
-            self.rate = rate if self.rate is None else 0.5 * (self.rate + rate)
+            self._rates.append(wall_s / audio_s)
 
     def fits_s(self) -> float:
         """The most audio (seconds) a final decode can hear within ``budget_ms`` at the speed recent final decodes
@@ -74,14 +85,16 @@ class EarlierFinals:
             yield final
 
     def span(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
-             language: str | None) -> tuple[int, str] | None:
-        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech, and the text of
-        the finals from there on: the pre-roll of the earliest of the latest finals in ``language`` (any, when None;
-        a final in another language ends the run: its speech would be decoded in the wrong language) that began
-        within :meth:`limit_s` before ``target_ms``, at or after ``kept_from_ms`` (the audio still kept), and ended
-        before the utterance's own audio (from ``utterance_from_ms``). None when no final qualifies."""
+             language: str | None) -> tuple[int, str, int] | None:
+        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech, the text of the
+        finals from there on, and where the last of them ends: the pre-roll of the earliest of the latest finals in
+        ``language`` (any, when None; a final in another language ends the run: its speech would be decoded in the
+        wrong language) that began within :meth:`limit_s` before ``target_ms``, at or after ``kept_from_ms`` (the
+        audio still kept), and ended before the utterance's own audio (from ``utterance_from_ms``). None when no
+        final qualifies."""
         lo = max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
         start = None
+        end = 0
         texts: list[str] = []
         for final in self._latest(language):
             begin = final.start_ms - self.preroll_ms
@@ -89,8 +102,9 @@ class EarlierFinals:
                 break
             if final.end_ms <= utterance_from_ms + self.preroll_ms:
                 start = begin
+                end = max(end, final.end_ms)
                 texts.append(final.text)
-        return (start, " ".join(reversed(texts))) if start is not None else None
+        return (start, " ".join(reversed(texts)), end) if start is not None else None
 
     def prompt(self, language: str | None, chars: int) -> str:
         """The last ``chars`` characters of the finals in ``language`` (the most recent run of them): Whisper's

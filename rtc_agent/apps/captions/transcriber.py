@@ -49,6 +49,7 @@ from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
+from rtc_agent.apps.captions.voiced import VoicedAudio
 from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
@@ -308,9 +309,10 @@ class StreamingTranscriber:
             self._last_decode_at_ms = now_ms
             self._decoding = task
 
-    def _final_audio(self) -> tuple[np.ndarray, int, str]:
+    def _final_audio(self) -> tuple[np.ndarray, int, str, int]:
         """What a final decode hears: the utterance to its target, after the earlier speech that fits the
-        budget; with the context's length (ms) and text."""
+        budget; with the context's length (ms), its text, and where its speech ends (ms into the audio: the last
+        earlier final's end and the tail; the VAD heard no speech from there to the utterance)."""
         target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
         start_ms = self._buffer.start_ms
         audio = self._buffer.audio()[: max(0, (target - start_ms) * SAMPLE_RATE // 1000)]
@@ -319,14 +321,15 @@ class StreamingTranscriber:
             if found is not None and found[0] < start_ms:
                 context = self._recent.slice(found[0], start_ms)
                 context_ms = len(context) * 1000 // SAMPLE_RATE
-                return (np.concatenate([context, audio]) if context_ms else audio), context_ms, found[1]
-        return audio, 0, ""
+                speech_ms = min(context_ms, found[2] + self.config.tail_ms - found[0])
+                return (np.concatenate([context, audio]) if context_ms else audio), context_ms, found[1], speech_ms
+        return audio, 0, "", 0
 
     async def _decode(self, now_ms: int, final: bool) -> None:
         if final:
-            audio, context_ms, context_text = self._final_audio()
+            audio, context_ms, context_text, context_speech_ms = self._final_audio()
         else:
-            audio, context_ms, context_text = self._buffer.audio(), 0, ""
+            audio, context_ms, context_text, context_speech_ms = self._buffer.audio(), 0, "", 0
         covered = self._buffer.start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         language = self.writer.utterance_language
@@ -364,7 +367,8 @@ class StreamingTranscriber:
             self.decode_seconds += transcript.decode_s
         if final:
             if transcript is not None and context_ms:
-                transcript = without_context(transcript, context_ms / 1000, context_text)
+                transcript = without_context(transcript, context_ms / 1000, context_text, context_speech_ms / 1000,
+                                             VoicedAudio(audio).seconds)
             quiet = self._ending_at is not None or self._pause_at is not None  # else speech resumed while it ran
             at_split = self._covers(covered, self._split_at)  # after a pause that may end a long utterance's part
             self.writer.keep_final(transcript, covered, quiet=quiet or at_split)

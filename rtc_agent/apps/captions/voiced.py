@@ -1,0 +1,34 @@
+"""How much of a stretch of audio is louder than its recording's noise: a check that words Whisper wrote for audio
+the VAD did not take for speech were said, not made up over silence or hiss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rtc_agent.engines.asr.base import SAMPLE_RATE
+
+__all__ = ["VoicedAudio"]
+
+FRAME_S = 0.02
+#: The noise floor is this percentile of the frames' levels, at least MIN_FLOOR_DB (digital silence has none).
+FLOOR_PERCENTILE = 10
+MIN_FLOOR_DB = -70.0
+#: A frame this far above the floor is voiced.
+OVER_FLOOR_DB = 10.0
+
+
+class VoicedAudio:
+    """The 20 ms frames of ``audio`` (16 kHz float32) and its noise floor; :meth:`seconds` counts the voiced ones
+    in a span."""
+
+    def __init__(self, audio: np.ndarray) -> None:
+        size = int(FRAME_S * SAMPLE_RATE)
+        frames = np.asarray(audio[: len(audio) // size * size], dtype=np.float64).reshape(-1, size)
+        self.levels_db = 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-12) if len(frames) else np.zeros(0)
+        floor = float(np.percentile(self.levels_db, FLOOR_PERCENTILE)) if len(frames) else MIN_FLOOR_DB
+        self.floor_db = max(MIN_FLOOR_DB, floor)
+
+    def seconds(self, start_s: float, end_s: float) -> float:
+        """Seconds of frames from ``start_s`` to ``end_s`` at least ``OVER_FLOOR_DB`` above the floor."""
+        lo, hi = max(0, int(start_s / FRAME_S)), max(0, int(np.ceil(end_s / FRAME_S)))
+        return float(np.count_nonzero(self.levels_db[lo:hi] >= self.floor_db + OVER_FLOOR_DB)) * FRAME_S
