@@ -127,6 +127,13 @@ def test_a_loop_that_survives_without_the_prompt_gets_the_full_window():
     assert last.prompt == "" and last.full_window and len(engine.calls) == 3
 
 
+def test_a_partial_that_loops_is_cut_without_the_full_window():
+    """A caption's partial asks for ``cut_loops``: the next partial replaces it, a 30 s window costs several."""
+    engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 1): "Dee is here."})
+    (out,) = engine.run_batch([TranscribeRequest(np.zeros(3 * SAMPLE_RATE, dtype=np.float32), cut_loops=True)])
+    assert len(engine.calls) == 1 and not out.looks_repetitive and len(out.text) < len("D.D.D.D.D.D.D.D.D")
+
+
 def test_a_full_window_request_without_a_prompt_is_cut_at_once():
     engine = ScriptedWhisper({(4, 0): "Thank you. " * 6})
     (out,) = engine.run_batch([TranscribeRequest(np.zeros(4 * SAMPLE_RATE, dtype=np.float32), full_window=True)])

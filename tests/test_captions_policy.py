@@ -150,6 +150,8 @@ async def test_partials_commit_agreed_words_and_final_adds_the_tail():
     finals = h.of("caption.final")
     assert len(finals) == 1 and finals[0].text == "hello there general kenobi"
     assert finals[0].audio_start_ms == 100 and finals[0].audio_end_ms == h.ms - 300
+    # a looping partial is cut (the next one replaces it), a looping final decoded again with the full window
+    assert all(r.cut_loops for r in rec.partial_requests) and not any(r.cut_loops for r in rec.final_requests)
     assert h.of("input_audio_buffer.speech_started")[0].audio_start_ms == 100
     assert h.of("input_audio_buffer.speech_stopped")[0].audio_end_ms == h.ms - 300
 

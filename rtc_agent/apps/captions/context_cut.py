@@ -90,7 +90,8 @@ def without_context(t: Transcript, context_s: float, context_text: str = "", spe
     after the boundary are kept, those before it dropped, a straddling one split against ``context_text`` (the
     context's known text, whose speech ends at ``speech_end_s``: None, at the boundary); a segment starting in the
     pause between (after ``speech_end_s``) kept as the module docstring says (``voiced(start_s, end_s)``: seconds
-    of voiced audio; None: never kept); times shifted to the utterance's audio (a kept pause segment starts at 0)."""
+    of voiced audio; None: no pause rule, such a segment is cut as any other); times shifted to the utterance's
+    audio (a kept pause segment starts at 0)."""
     speech_end = context_s if speech_end_s is None else speech_end_s
     kept: list[Segment] = []
     for seg in t.segments:

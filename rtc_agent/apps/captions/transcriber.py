@@ -339,7 +339,7 @@ class StreamingTranscriber:
                     if final or self.config.prompt_partials else ""),
             prefix="" if final else self.writer.committed_text(),
             beam_size=(self.config.final_beam_size or None) if final else 1,
-            detect_language=self.rule.fixed is None and (final or language is None), urgent=final,
+            detect_language=self.rule.fixed is None and (final or language is None), urgent=final, cut_loops=not final,
         )
         started = time.monotonic()
         try:

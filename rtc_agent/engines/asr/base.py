@@ -24,7 +24,9 @@ class TranscribeRequest:
     already committed for this audio); engines that cannot force a prefix return the whole text and say so with
     ``Transcript.prefix_applied = False``. ``full_window`` asks for Whisper's 30 s window (the reference path).
     ``urgent`` marks a result a person is waiting for (a caption's final, an agent's turn): the worker serves it
-    before the others (partials) in the engine's queue.
+    before the others (partials) in the engine's queue. ``cut_loops``: a decoder loop is cut to one copy instead
+    of decoded again with the full window (a caption's partial: the next decode replaces it within the interval,
+    and a 30 s window costs several of them).
     """
 
     audio: np.ndarray
@@ -36,6 +38,7 @@ class TranscribeRequest:
     beam_size: int | None = None
     detect_language: bool = False
     urgent: bool = False
+    cut_loops: bool = False
 
     @property
     def duration_s(self) -> float:

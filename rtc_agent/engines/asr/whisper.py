@@ -13,7 +13,8 @@ audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetit
 to at most two more greedy decodes of that window: a looping result is decoded again without the previous-text
 prompt (a prompt that ends in a loop invites another); if it still loops, the loop is cut to one copy of its unit
 when the text before it already covers the audio (``COVERED_WORDS_PER_S``), else a short window is decoded again
-with the full window, and a loop that stays is cut. No sampled fallback (faster-whisper's
+with the full window (not for a request that asks for ``cut_loops``: a caption's partial), and a loop that stays is
+cut. No sampled fallback (faster-whisper's
 temperature steps): on the speech set under ``cpu-profile avx2`` the one sampled re-decode it needed gave a
 sentence of other words ("a neighbour of our world in our wilderness" for "Our neighbours are building a wooden
 fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512,
@@ -235,7 +236,8 @@ class WhisperEngine:
                     cut = results[i].transcript.without_loop()
                     if not cut.looks_repetitive and _covers(cut, requests[i].duration_s):
                         results[i] = replace(results[i], transcript=cut)
-                looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].full_window]
+                looping = [i for i in looping if results[i].transcript.looks_repetitive
+                           and not requests[i].full_window and not requests[i].cut_loops]
             if not looping:
                 continue
             log.info("ASR: %d of %d decodes loop; decoding them again (%s)", len(looping), len(requests), attempt)
