@@ -11,10 +11,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from rtc_agent.apps.captions.app import feed_window
-from rtc_agent.apps.captions.speech_segmenter import SpeechSegmenter
 from rtc_agent.apps.captions.transcriber import StreamingTranscriber
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
+from rtc_agent.bench.captions_virtual import WINDOW, replay
 from rtc_agent.bench.common import normalize_text, wer
 from rtc_agent.config import Settings
 from tests.conftest import shared_worker
@@ -26,7 +25,6 @@ HEARD = "The weather today is sunny with a light breeze from the west."
 MISSED = "She walked along the river and watched the boats drift slowly by."
 LAST = "Please remember to bring your umbrella tomorrow morning."
 MISSED_WORDS = ["walked", "river", "watched", "boats", "drift", "slowly"]
-WINDOW = 512  # samples: the VAD's 32 ms window at 16 kHz
 
 
 async def captions(clip: np.ndarray, speech: list[tuple[float, float]]) -> list[str]:
@@ -40,25 +38,13 @@ async def captions(clip: np.ndarray, speech: list[tuple[float, float]]) -> list[
         tasks.append(asyncio.ensure_future(coro))
         return tasks[-1]
 
-    async def settle() -> None:
-        while pending := [t for t in tasks if not t.done()]:
-            await asyncio.gather(*pending)
-
     config = TranscriberConfig(language="en", context_s=16.0, final_budget_ms=10_000)
     transcriber = StreamingTranscriber(lambda request: worker.call("asr", request), events.append, spawn, config)
-    segmenter = SpeechSegmenter()
     audio = clip.astype(np.float32) / 32768
+    windows = len(audio) // WINDOW
+    probs = np.array([1.0 if any(a * 1000 <= i * 32 < b * 1000 for a, b in speech) else 0.0 for i in range(windows)])
     try:
-        for i in range(len(audio) // WINDOW):
-            start_ms, end_ms = i * 32, (i + 1) * 32
-            transcriber.push_audio(audio[i * WINDOW:(i + 1) * WINDOW], start_ms)
-            prob = 1.0 if any(a * 1000 <= start_ms < b * 1000 for a, b in speech) else 0.0
-            feed_window(segmenter, transcriber, prob, start_ms, end_ms, end_ms)
-            await settle()
-        transcriber.flush(len(audio) // WINDOW * 32)
-        for _ in range(5):
-            await settle()
-            transcriber.poll(len(audio) // WINDOW * 32)
+        await replay(transcriber, audio, probs, tasks)
     finally:
         await worker.close()
     return [e.text for e in events if getattr(e, "type", "") == "caption.final" and e.text.strip()]

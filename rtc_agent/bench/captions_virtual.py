@@ -65,6 +65,31 @@ def through_opus(pcm16: np.ndarray) -> np.ndarray:
         return np.frombuffer(back.read_bytes(), dtype=np.int16)
 
 
+async def replay(transcriber: StreamingTranscriber, audio: np.ndarray, probs: np.ndarray,
+                 tasks: list[asyncio.Task]) -> None:
+    """Feed ``audio`` (16 kHz float32) to ``transcriber`` window by window with the VAD's ``probs`` (one per 32 ms
+    window) through a fresh :class:`SpeechSegmenter`, awaiting every decode in ``tasks`` (the ones its ``spawn``
+    started) before the next window, then end the stream and wait for its last finals."""
+
+    async def settle() -> None:
+        while pending := [t for t in tasks if not t.done()]:
+            await asyncio.gather(*pending)
+
+    segmenter = SpeechSegmenter()
+    n = min(len(probs), len(audio) // WINDOW)
+    for i in range(n):
+        start_ms, end_ms = i * 32, (i + 1) * 32
+        transcriber.push_audio(audio[i * WINDOW:(i + 1) * WINDOW], start_ms)
+        feed_window(segmenter, transcriber, float(probs[i]), start_ms, end_ms, end_ms)
+        await settle()
+    for event in segmenter.flush(n * 32):
+        transcriber.on_speech(event, n * 32)
+    transcriber.flush(n * 32)
+    for _ in range(20):
+        await settle()
+        transcriber.poll(n * 32)
+
+
 async def finals_of(pcm16: np.ndarray, asr: Any, vad: Any, *, wall: bool = False,
                     language: str = "en") -> list[str]:
     """The final captions of one clip (see the module docstring)."""
@@ -86,27 +111,12 @@ async def finals_of(pcm16: np.ndarray, asr: Any, vad: Any, *, wall: bool = False
         tasks.append(asyncio.ensure_future(coro))
         return tasks[-1]
 
-    async def settle() -> None:
-        while pending := [t for t in tasks if not t.done()]:
-            await asyncio.gather(*pending)
-
     saved = transcriber_module.time
     if not wall:
         transcriber_module.time = clock  # type: ignore[assignment]  # the transcriber's wall time is virtual
     try:
         transcriber = StreamingTranscriber(recognize, events.append, spawn, TranscriberConfig(language=language))
-        segmenter = SpeechSegmenter()
-        for i in range(n):
-            start_ms, end_ms = i * 32, (i + 1) * 32
-            transcriber.push_audio(audio[i * WINDOW:(i + 1) * WINDOW], start_ms)
-            feed_window(segmenter, transcriber, float(probs[i]), start_ms, end_ms, end_ms)
-            await settle()
-        for event in segmenter.flush(n * 32):
-            transcriber.on_speech(event, n * 32)
-        transcriber.flush(n * 32)
-        for _ in range(20):
-            await settle()
-            transcriber.poll(n * 32)
+        await replay(transcriber, audio, probs, tasks)
     finally:
         transcriber_module.time = saved
     return [e.text for e in events if getattr(e, "type", "") == "caption.final" and e.text.strip()]
