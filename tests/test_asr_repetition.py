@@ -9,7 +9,7 @@ import pytest
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.engines.asr.long_audio import DecodedWindow
 from rtc_agent.engines.asr.repetition import MAX_CHARS_PER_S, compression_ratio, is_looping, looping_run
-from rtc_agent.engines.asr.whisper import WhisperEngine
+from rtc_agent.engines.asr.whisper import LOOP_WINDOW_S, WhisperEngine
 
 LOOPS = [
     "L.A.D.D.D.D.D.D.D.D",
@@ -19,6 +19,7 @@ LOOPS = [
     "and then and then and then and then and then and then",
     "The meeting is at nine." + " the" * 12,
     "Ich bin hier. ja ja ja ja ja ja ja ja",
+    "words words words words words and then D.D.D.D.D.D.D.D",  # a run said, then a loop
 ]
 SPEECH = [
     "The meeting starts at nine tomorrow morning, so please bring the budget spreadsheet.",
@@ -29,6 +30,7 @@ SPEECH = [
     "Mississippi is a long river; bookkeeper is a word with three double letters.",
     "Ha ha ha, that is funny.",
     "El tren sale a las ocho y llega a Madrid a las diez.",
+    "and here's some more words, words, words, words, words, words and that should be all. Thanks!",
     "",
 ]
 
@@ -90,10 +92,10 @@ class ScriptedWhisper(WhisperEngine):
     def __init__(self, answers: dict[tuple[int, int], str]) -> None:
         super().__init__(cache_dir="/nonexistent")
         self.answers = answers  # (seconds of audio, attempt) -> text; a missing attempt repeats the last one
-        self.calls: list[tuple[float, list[TranscribeRequest]]] = []
+        self.calls: list[tuple[int | None, list[TranscribeRequest]]] = []  # (the window asked for, the batch)
 
-    def _decode(self, requests):
-        self.calls.append((0.0, list(requests)))
+    def _decode(self, requests, window_s=None):
+        self.calls.append((window_s, list(requests)))
         out = []
         for r in requests:
             seconds = round(r.duration_s)
@@ -119,15 +121,37 @@ def test_a_loop_is_decoded_again_without_the_prompt_first():
     assert again.prompt == "" and not again.full_window  # only the looping request, the same short window
 
 
-def test_a_loop_that_survives_without_the_prompt_gets_the_full_window():
+def test_a_loop_that_survives_without_the_prompt_gets_a_longer_window():
     engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 2): "Dee is here."})
     (out,) = engine.run_batch([_request(3)])
     assert out.text == "Dee is here." and not out.looks_repetitive
-    (last,) = engine.calls[-1][1]
-    assert last.prompt == "" and last.full_window and len(engine.calls) == 3
+    window_s, (last,) = engine.calls[-1]
+    assert last.prompt == "" and window_s == LOOP_WINDOW_S and len(engine.calls) == 3
 
 
-def test_a_partial_that_loops_is_cut_without_the_full_window():
+@pytest.mark.parametrize(("seconds", "window_s"), [(3, LOOP_WINDOW_S), (9.5, 22), (14.2, 30), (28, 30)])
+def test_the_longer_window_is_at_least_twice_the_short_one(seconds, window_s):
+    request = TranscribeRequest(np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32))
+    assert ScriptedWhisper({}).loop_window_s(request) == window_s
+
+
+def test_a_loop_in_a_window_as_long_as_the_longer_one_is_cut_without_decoding_again():
+    engine = ScriptedWhisper({(30, 0): "Fine words. " + "D." * 20})  # 29.5 s: a 30 s window of its own
+    (out,) = engine.run_batch([TranscribeRequest(np.zeros(int(29.5 * SAMPLE_RATE), dtype=np.float32), prompt="x")])
+    assert len(engine.calls) == 2 and not out.looks_repetitive  # the window, again without the prompt: no more
+
+
+def test_a_transcript_decoded_again_says_so():
+    """Its time says nothing of the engine's usual speed (the captions' final-context budget leaves it out)."""
+    engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 2): "Dee is here.", (5, 0): "Fine words.",
+                              (30, 0): "First window words.", (10, 0): "ja ja ja ja ja ja ja ja ja",
+                              (10, 1): "Second window words."})
+    looped, fine, long = engine.run_batch([_request(3), _request(5), _request(40)])
+    assert looped.decoded_again and not fine.decoded_again
+    assert long.decoded_again and long.text == "First window words. Second window words."  # one of its windows
+
+
+def test_a_partial_that_loops_is_cut_without_a_longer_window():
     """A caption's partial asks for ``cut_loops``: the next partial replaces it, a 30 s window costs several."""
     engine = ScriptedWhisper({(3, 0): "D.D.D.D.D.D.D.D.D", (3, 1): "Dee is here."})
     (out,) = engine.run_batch([TranscribeRequest(np.zeros(3 * SAMPLE_RATE, dtype=np.float32), cut_loops=True)])
@@ -144,22 +168,22 @@ def test_a_fast_loop_in_a_short_final_is_cut_to_one_copy():
     engine = ScriptedWhisper({(1, 0): "calm calm calm calm"})
     short = TranscribeRequest(np.zeros(int(0.6 * SAMPLE_RATE), dtype=np.float32), prompt="before", beam_size=5)
     (out,) = engine.run_batch([short])
-    assert out.text == "calm" and len(engine.calls) == 2  # the cut covers 0.6 s: no full-window decode
+    assert out.text == "calm" and len(engine.calls) == 2  # the cut covers 0.6 s: no longer-window decode
 
 
-def test_a_loop_after_the_speech_is_cut_without_the_full_window():
+def test_a_loop_after_the_speech_is_cut_without_a_longer_window():
     said = "The library closes early on Fridays during the winter."
     engine = ScriptedWhisper({(3, 0): said + " winter" * 12})
     (out,) = engine.run_batch([_request(3, beam_size=5)])
     assert out.text.startswith(said) and not out.looks_repetitive and len(out.text) <= len(said) + len(" winter")
-    assert len(engine.calls) == 2 and not any(r.full_window for _, batch in engine.calls for r in batch)
+    assert len(engine.calls) == 2 and all(window_s is None for window_s, _ in engine.calls)
 
 
 def test_the_fallback_is_bounded_and_a_loop_that_stays_is_cut():
     for loop in LOOPS:
         engine = ScriptedWhisper({(4, 0): loop, (6, 0): "Nothing wrong here."})
         out = engine.run_batch([_request(4), _request(6, full_window=True)])
-        assert len(engine.calls) <= 3  # the window, again without the prompt, the full window: never more
+        assert len(engine.calls) <= 3  # the window, again without the prompt, the longer window: never more
         assert sum(1 for _, batch in engine.calls for r in batch if round(r.duration_s) == 6) == 1
         assert not out[0].looks_repetitive and len(out[0].text) < len(loop.strip())
         assert out[1].text == "Nothing wrong here."

@@ -5,7 +5,8 @@ model, one stream) are fed window by window to the real :class:`SpeechSegmenter`
 :class:`StreamingTranscriber` with the packaged Whisper base answering every decode, awaited, so a decode takes no
 virtual time and nothing depends on this machine's load. The transcriber's clock (its final-decode speed, hence how
 much earlier speech a final hears) is a fixed cost model of an idle 2-core Xeon: a beam-5 decode 0.03 s + 0.035 s per
-second of audio, a greedy one 0.02 s + 0.012 s (``--wall``: the real time each decode took instead). ``--opus``: each
+second of audio, a greedy one 0.02 s + 0.012 s, and a decode the engine's repetition guard ran again that much
+more for its longer window (``--wall``: the real time each decode took instead). ``--opus``: each
 clip first goes through Opus at 96 kbit/s, 48 kHz stereo (aiortc's encoder; ffmpeg's libopus here) and back, as the
 real path hears it: the VAD's verdicts on quiet speech differ with it. Scored per clip as ``bench captions --set``
 scores it (:func:`rtc_agent.bench.common.wer` of the reference against the finals joined).
@@ -105,6 +106,8 @@ async def finals_of(pcm16: np.ndarray, asr: Any, vad: Any, *, wall: bool = False
     async def recognize(request: Any) -> Any:
         result = asr.run_batch([request])[0]
         clock.spend(request.beam_size or 1, request.duration_s)
+        if result.decoded_again:  # the repetition guard's second decode, at worst in its longer window
+            clock.spend(request.beam_size or 1, asr.loop_window_s(request))
         return result
 
     def spawn(coro: Any, name: str) -> asyncio.Task:

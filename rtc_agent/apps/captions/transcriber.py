@@ -347,7 +347,7 @@ class StreamingTranscriber:
             wall_s = time.monotonic() - started
             if not final:
                 self._last_decode_wall_ms = wall_s * 1000
-            else:
+            elif transcript is not None and not transcript.decoded_again:  # a guard's second decode is no speed
                 self.earlier.decoded(wall_s, request.duration_s)
         except AgentError as exc:
             if not self._error_reported:

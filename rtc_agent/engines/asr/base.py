@@ -25,8 +25,8 @@ class TranscribeRequest:
     ``Transcript.prefix_applied = False``. ``full_window`` asks for Whisper's 30 s window (the reference path).
     ``urgent`` marks a result a person is waiting for (a caption's final, an agent's turn): the worker serves it
     before the others (partials) in the engine's queue. ``cut_loops``: a decoder loop is cut to one copy instead
-    of decoded again with the full window (a caption's partial: the next decode replaces it within the interval,
-    and a 30 s window costs several of them).
+    of decoded again in a longer window (a caption's partial: the next decode replaces it within the interval,
+    and a 16-30 s window costs several of them).
     """
 
     audio: np.ndarray
@@ -60,6 +60,8 @@ class Transcript:
     Whisper's definitions; ``compression_ratio`` above about 2.4 means repetitive (hallucinated) text, and so does
     a short unit repeated many times (:mod:`rtc_agent.engines.asr.repetition`): ``looks_repetitive``.
     ``language_probs`` is the detector's ranking (most likely first, a few entries) when it ran.
+    ``decoded_again``: the engine's repetition guard decoded (a window of) it a second time, so its wall time says
+    little about the engine's usual speed.
     """
 
     text: str
@@ -74,6 +76,7 @@ class Transcript:
     audio_s: float = 0.0
     window_s: float = 0.0
     decode_s: float = 0.0
+    decoded_again: bool = False
 
     @property
     def looks_like_silence(self) -> bool:

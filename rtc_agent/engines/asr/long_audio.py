@@ -81,7 +81,7 @@ class LongAudio:
         (times from the start of the audio), the first window's language and prefix handling, ``no_speech_prob``
         the lowest of the windows (silent only when every window is), ``avg_logprob`` the windows' mean weighted
         by duration, ``compression_ratio`` the highest (each window is judged by the engine), decode times
-        summed."""
+        summed, ``decoded_again`` when any window was."""
         if len(self.parts) == 1:
             return self.parts[0][1].transcript
         windows = [w.transcript for _, w in self.parts]
@@ -94,5 +94,5 @@ class LongAudio:
             avg_logprob=sum(w * t.avg_logprob for w, t in zip(weights, windows, strict=True)) / sum(weights),
             compression_ratio=max(t.compression_ratio for t in windows),
             audio_s=self.request.duration_s, window_s=max(t.window_s for t in windows),
-            decode_s=sum(t.decode_s for t in windows),
+            decode_s=sum(t.decode_s for t in windows), decoded_again=any(t.decoded_again for t in windows),
         )

@@ -7,7 +7,10 @@ Whisper sometimes falls into a loop: it writes one short piece of text again and
   itself. It misses short loops: zlib's own overhead keeps the ratio of a 20-character string low.
 - :func:`looping_run`: a unit of 1 to ``MAX_UNIT_CHARS`` characters repeated back to back at least
   ``max(MIN_REPEATS, ceil(MIN_LOOP_CHARS / unit length))`` times (a one-character unit 12 times, ``"D."`` 6 times,
-  a word or phrase 5 times). Speech that really repeats ("no, no, no, no", "very very very") stays below that.
+  a word or phrase 5 times). Speech that really repeats ("no, no, no, no", "very very very") stays below that,
+  and so does a run the text goes on from with ``ESCAPE_WORDS`` words or more: a decoder that left the run and went
+  on heard it said (michael's "words, words, words, words, words and that should be all"); Whisper's loops run to
+  the end of the decode.
 - the same with fewer copies when the text is faster than anyone speaks: where the audio's length is known and the
   text runs past ``MAX_CHARS_PER_S`` characters per second of it, a unit of at least ``FAST_MIN_UNIT_CHARS``
   characters ``FAST_MIN_REPEATS`` times (the last copy may lack its closing space or comma) is a loop too. This
@@ -32,6 +35,7 @@ MIN_LOOP_CHARS = 12
 MAX_CHARS_PER_S = 25.0
 FAST_MIN_REPEATS = 3
 FAST_MIN_UNIT_CHARS = 3
+ESCAPE_WORDS = 3
 
 __all__ = ["COMPRESSION_RATIO_LIMIT", "MAX_CHARS_PER_S", "Loop", "compression_ratio", "is_looping", "looping_run"]
 
@@ -89,11 +93,23 @@ def _earliest_run(text: str, needed: Callable[[int], int]) -> Loop | None:
     return best
 
 
+def _first_unescaped(text: str, offset: int) -> Loop | None:
+    """The earliest run of the usual kind in ``text[offset:]`` that the text does not go on from with
+    ``ESCAPE_WORDS`` words (times relative to ``text``)."""
+    found = _earliest_run(text[offset:], _needed_run)
+    if found is None:
+        return None
+    found = Loop(found.start + offset, found.unit, found.end + offset)
+    if len(text[found.end:].split()) < ESCAPE_WORDS:
+        return found
+    return _first_unescaped(text, found.end)
+
+
 def looping_run(text: str, audio_s: float = 0.0) -> Loop | None:
     """The earliest-starting loop in ``text`` (see the module docstring), or None. ``audio_s``: the seconds of
     audio the text was heard in (0: unknown, no rate rule). Cost: O(len(text) * ``MAX_UNIT_CHARS``) character
     comparisons (a 2,000-character text: a few milliseconds)."""
-    found = _earliest_run(text, _needed_run)
+    found = _first_unescaped(text, 0)
     if found is None and audio_s > 0 and len(text.strip()) / audio_s > MAX_CHARS_PER_S:
         found = _earliest_run(text, _fast_run)
     return found

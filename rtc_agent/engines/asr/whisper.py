@@ -13,8 +13,12 @@ audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetit
 to at most two more greedy decodes of that window: a looping result is decoded again without the previous-text
 prompt (a prompt that ends in a loop invites another); if it still loops, the loop is cut to one copy of its unit
 when the text before it already covers the audio (``COVERED_WORDS_PER_S``), else a short window is decoded again
-with the full window (not for a request that asks for ``cut_loops``: a caption's partial), and a loop that stays is
-cut. No sampled fallback (faster-whisper's
+in a longer one (``loop_window_s``: at least ``LOOP_WINDOW_S``, twice its own, at most the full 30 s; not for a
+request that asks for ``cut_loops``: a caption's partial), and a loop that stays is cut. The longer window need not
+be the full one: Whisper loops in a short window when little silence follows the speech, and on the speech set a
+16 s window broke the same loops as the 30 s one ("i i i i i i i i" for 4.2 s of a podcast through Opus) at 0.45 s
+a decode instead of 1.3 s on a 2-core Xeon, and where it did not (michael's "words, words, words, words, words",
+which he does say), the 30 s window did not either. No sampled fallback (faster-whisper's
 temperature steps): on the speech set under ``cpu-profile avx2`` the one sampled re-decode it needed gave a
 sentence of other words ("a neighbour of our world in our wilderness" for "Our neighbours are building a wooden
 fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512,
@@ -58,6 +62,8 @@ TIME_PRECISION = 0.02
 #: again in the padding), and the re-decode would only cost time (a 30 s window looping to the token limit again
 #: took 3-5 s on a 2-core AMD EPYC).
 COVERED_WORDS_PER_S = 1.5
+#: The shortest window the repetition guard decodes a looping short window again in (see the module docstring).
+LOOP_WINDOW_S = 16
 LANGUAGE_RANKING = 8  # detected languages reported per request (most likely first)
 
 
@@ -188,6 +194,11 @@ class WhisperEngine:
             seconds = min(FULL_WINDOW_S, max(MIN_WINDOW_S, math.ceil(request.duration_s + WINDOW_MARGIN_S)))
         return seconds * 100
 
+    def loop_window_s(self, request: TranscribeRequest) -> int:
+        """The window a looping decode of ``request`` is decoded again in: ``LOOP_WINDOW_S`` or twice its own
+        window, whichever is longer, at most the full window."""
+        return min(FULL_WINDOW_S, max(LOOP_WINDOW_S, 2 * self._window_frames(request) // 100))
+
     def _features(self, request: TranscribeRequest, frames: int) -> np.ndarray:
         """Log-mel features of one window's audio padded to ``frames``. ``run_batch`` cuts longer audio into
         windows first; audio past the window here would be lost, so it is refused."""
@@ -227,7 +238,7 @@ class WhisperEngine:
     def _guarded(self, requests: list[TranscribeRequest]) -> list[DecodedWindow]:
         """Decode one window per request with the repetition guard of the module docstring."""
         results = self._decode(requests)
-        for attempt in ("no prompt", "full window"):
+        for attempt in ("no prompt", "longer window"):
             looping = [i for i, r in enumerate(results) if r.transcript.looks_repetitive]
             if attempt == "no prompt":
                 looping = [i for i in looping if requests[i].prompt]
@@ -236,21 +247,24 @@ class WhisperEngine:
                     cut = results[i].transcript.without_loop()
                     if not cut.looks_repetitive and _covers(cut, requests[i].duration_s):
                         results[i] = replace(results[i], transcript=cut)
-                looping = [i for i in looping if results[i].transcript.looks_repetitive
-                           and not requests[i].full_window and not requests[i].cut_loops]
+                looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].full_window
+                           and not requests[i].cut_loops
+                           and self.loop_window_s(requests[i]) * 100 > self._window_frames(requests[i])]
             if not looping:
                 continue
             log.info("ASR: %d of %d decodes loop; decoding them again (%s)", len(looping), len(requests), attempt)
-            again = [replace(requests[i], prompt="", full_window=attempt == "full window") for i in looping]
-            for i, window in zip(looping, self._decode(again), strict=True):
-                results[i] = window
+            again = [replace(requests[i], prompt="") for i in looping]
+            window_s = max(self.loop_window_s(r) for r in again) if attempt == "longer window" else None
+            for i, window in zip(looping, self._decode(again, window_s), strict=True):
+                results[i] = replace(window, transcript=replace(window.transcript, decoded_again=True))
         return [replace(r, transcript=r.transcript.without_loop()) if r.transcript.looks_repetitive else r
                 for r in results]
 
-    def _decode(self, requests: list[TranscribeRequest]) -> list[DecodedWindow]:
-        """One window per request (each at most ``FULL_WINDOW_S``), in order: greedy or the request's beam."""
+    def _decode(self, requests: list[TranscribeRequest], window_s: int | None = None) -> list[DecodedWindow]:
+        """One window per request (each at most ``FULL_WINDOW_S``), in order: greedy or the request's beam; the
+        window the longest request needs, or ``window_s`` when given (the repetition guard's longer window)."""
         start = time.monotonic()
-        frames = max(self._window_frames(r) for r in requests)
+        frames = max(window_s * 100 if window_s else 0, *(self._window_frames(r) for r in requests))
         prepared = [self._prepare(r, frames) for r in requests]
         encoded = self._encode([p.features for p in prepared])
         self._detect_languages(prepared, encoded)
