@@ -129,16 +129,18 @@ def spoken_lags(events: list[dict[str, Any]], times: list[float], onsets: list[f
     to the listener's first voice onset within ``ONSET_WINDOW_S`` of it (None when there is none: the voice went
     on without a pause). Texts without a translation event are left out."""
     out: list[dict[str, Any]] = []
-    for i, e in enumerate(events):
+    translations: dict[str, list[tuple[dict[str, Any], float]]] = {}  # per segment, in arrival order
+    for e, at in zip(events, times, strict=True):
+        if e["type"] == "caption.translation" and e.get("lag_ms") is not None:
+            translations.setdefault(e["segment_id"], []).append((e, at))
         if e["type"] != "translation.speech.started":
             continue
-        pieces = [(events[j], times[j]) for j in range(i) if events[j]["type"] == "caption.translation"
-                  and events[j]["segment_id"] == e.get("segment_id") and events[j].get("lag_ms") is not None]
+        pieces = translations.get(e.get("segment_id"), [])
         piece = next((p for p in reversed(pieces) if p[0]["text"] == e.get("text")), pieces[-1] if pieces else None)
         if piece is None:
             continue
         source_end = piece[1] - piece[0]["lag_ms"] / 1000
-        starts = times[i] + e.get("starts_in_ms", 0) / 1000
+        starts = at + e.get("starts_in_ms", 0) / 1000
         heard = next((t for t in onsets if starts + ONSET_WINDOW_S[0] <= t <= starts + ONSET_WINDOW_S[1]), None)
         out.append({"lag_ms": round(1000 * (starts - source_end)),
                     "heard_ms": None if heard is None else round(1000 * (heard - starts))})

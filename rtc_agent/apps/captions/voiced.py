@@ -3,6 +3,8 @@ the VAD did not take for speech were said, not made up over silence or hiss."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE
@@ -19,14 +21,21 @@ OVER_FLOOR_DB = 10.0
 
 class VoicedAudio:
     """The 20 ms frames of ``audio`` (16 kHz float32) and its noise floor; :meth:`seconds` counts the voiced ones
-    in a span."""
+    in a span. The levels are computed on the first question (most finals never ask)."""
 
     def __init__(self, audio: np.ndarray) -> None:
+        self.audio = audio
+
+    @cached_property
+    def levels_db(self) -> np.ndarray:
         size = int(FRAME_S * SAMPLE_RATE)
-        frames = np.asarray(audio[: len(audio) // size * size], dtype=np.float64).reshape(-1, size)
-        self.levels_db = 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-12) if len(frames) else np.zeros(0)
-        floor = float(np.percentile(self.levels_db, FLOOR_PERCENTILE)) if len(frames) else MIN_FLOOR_DB
-        self.floor_db = max(MIN_FLOOR_DB, floor)
+        frames = np.asarray(self.audio[: len(self.audio) // size * size], dtype=np.float64).reshape(-1, size)
+        return 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-12) if len(frames) else np.zeros(0)
+
+    @cached_property
+    def floor_db(self) -> float:
+        levels = self.levels_db
+        return max(MIN_FLOOR_DB, float(np.percentile(levels, FLOOR_PERCENTILE)) if len(levels) else MIN_FLOOR_DB)
 
     def seconds(self, start_s: float, end_s: float) -> float:
         """Seconds of frames from ``start_s`` to ``end_s`` at least ``OVER_FLOOR_DB`` above the floor."""

