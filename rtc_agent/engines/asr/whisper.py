@@ -249,8 +249,8 @@ class WhisperEngine:
                     cut = results[i].transcript.without_loop()
                     if not cut.looks_repetitive and _covers(cut, requests[i].duration_s):
                         results[i] = replace(results[i], transcript=cut)
-                looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].full_window
-                           and not requests[i].cut_loops
+                # a full-window request's own window is already as long as any longer one: it is cut too
+                looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].cut_loops
                            and self.loop_window_s(requests[i]) * 100 > self._window_frames(requests[i])]
             if not looping:
                 continue
