@@ -499,3 +499,45 @@ async def test_slow_final_decodes_shrink_the_context_to_the_budget(budget_ms, de
     assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star for help."]
     heard_ms = len(rec.final_requests[1].audio) // 16
     assert heard_ms == (3350 if hears_context else 3200 + 150 - 2100), heard_ms
+
+
+async def three_utterances(rec: ScriptedRecognizer) -> Harness:
+    """Utterances at 0.2-1.3, 1.8-2.6 and 3.3-4.0 s, each final decode hearing up to 3 s of audio."""
+    h = Harness(rec, decode_interval_ms=10_000, context_s=3.0, partial_context_ms=100)
+    for start, end in [(200, 1300), (1800, 2600), (3300, 4000)]:
+        h.audio(start - h.ms)
+        h.transcriber.on_speech(SpeechEvent("start", start), h.ms)
+        h.audio(end - start)
+        h.transcriber.on_speech(SpeechEvent("end", end), h.ms)
+        await h.settle()
+    return h
+
+
+async def test_the_earlier_finals_are_forced_and_a_cut_one_is_heard_once_the_engine_forces():
+    """The final request carries the earlier finals as segments (times in its audio). Once the engine has forced a
+    context, a span that cuts into an earlier final hears that final's last part (at least partial_context_ms):
+    its whole text is forced over what is left of its audio."""
+    first = hyp("Agent login.", [(0.0, 1.2, " Agent login.")])
+    second = hyp("Press star.", [(1.8, 2.6, " Press star.")], context_forced=True)
+    third = hyp("Thank you.", [(2.2, 2.9, " Thank you.")], context_forced=True)
+    rec = ScriptedRecognizer([], finals=[first, second, third])
+    h = await three_utterances(rec)
+    assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star.", "Thank you."]
+    _, whole, cut = rec.final_requests
+    assert whole.context == (Segment(0.2, 1.3, "Agent login."),)  # the first final, from the audio's start
+    assert len(whole.audio) == 2600 * 16  # (the end is flushed at once: no tail)
+    # 3 s before the third utterance's end (4000 ms) is 1000 ms: 300 ms of the first final are left, then the second
+    assert len(cut.audio) == (4000 - 1000) * 16
+    assert [(round(s.start, 3), round(s.end, 3), s.text) for s in cut.context] == [
+        (0.0, 0.3, "Agent login."), (0.8, 1.6, "Press star.")]
+
+
+async def test_a_cut_earlier_final_is_not_heard_by_an_engine_that_does_not_force_the_context():
+    """An engine that cannot force (a remote one) would write the cut final's words again: whole finals only."""
+    first = hyp("Agent login.", [(0.0, 1.2, " Agent login.")])
+    second = hyp("Agent login. Press star.", [(0.0, 1.2, " Agent login."), (1.8, 2.6, " Press star.")])
+    third = hyp("Press star. Thank you.", [(0.0, 0.9, " Press star."), (1.6, 2.3, " Thank you.")])
+    rec = ScriptedRecognizer([], finals=[first, second, third])
+    h = await three_utterances(rec)
+    assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star.", "Thank you."]
+    assert len(rec.final_requests[2].audio) == (4000 - 1600) * 16  # from the second final's pre-roll

@@ -51,3 +51,13 @@ def test_the_prompt_is_the_latest_finals_in_the_language():
     assert e.prompt("en", 6) == "text 3"
     assert e.prompt("en", 8) == "2 text 3"  # the last characters
     assert e.last is not None and e.last.segment_id == "s3" and len(e) == 4
+
+
+def test_a_final_the_span_cuts_into_is_heard_when_enough_of_it_is_left():
+    e = finals()
+    e.decoded(wall_s=0.45, audio_s=7.0)  # 7 s fit 450 ms: from 8000 ms for a final to 15000 ms
+    assert [f.text for f in e.context_finals(15000, 0, 13000, "en")] == ["text 3"]
+    # the final of 7-9 s began (its pre-roll) before 8 s; 1 s of it is left
+    assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=900)] == ["text 2", "text 3"]
+    assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=1500)] == ["text 3"]
+    assert abs(e.context_from_ms(15000, 0) - 8000) <= 1 and e.context_from_ms(15000, 8500) == 8500

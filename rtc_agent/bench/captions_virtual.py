@@ -92,7 +92,7 @@ async def replay(transcriber: StreamingTranscriber, audio: np.ndarray, probs: np
 
 
 async def finals_of(pcm16: np.ndarray, asr: Any, vad: Any, *, wall: bool = False,
-                    language: str = "en") -> list[str]:
+                    language: str = "en", options: dict[str, Any] | None = None) -> list[str]:
     """The final captions of one clip (see the module docstring)."""
     from rtc_agent.engines.vad.silero import VadRequest, VadStream
 
@@ -118,11 +118,25 @@ async def finals_of(pcm16: np.ndarray, asr: Any, vad: Any, *, wall: bool = False
     if not wall:
         transcriber_module.time = clock  # type: ignore[assignment]  # the transcriber's wall time is virtual
     try:
-        transcriber = StreamingTranscriber(recognize, events.append, spawn, TranscriberConfig(language=language))
+        config = TranscriberConfig(language=language, **(options or {}))
+        transcriber = StreamingTranscriber(recognize, events.append, spawn, config)
         await replay(transcriber, audio, probs, tasks)
     finally:
         transcriber_module.time = saved
     return [e.text for e in events if getattr(e, "type", "") == "caption.final" and e.text.strip()]
+
+
+def config_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as :class:`TranscriberConfig` fields, each value of its field's type."""
+    defaults = TranscriberConfig()
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if not hasattr(defaults, key):
+            raise SystemExit(f"unknown transcriber option {key!r}")
+        kind = type(getattr(defaults, key))
+        options[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return options
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,6 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = args.set or default_dir()
     clips = build(root)
     wanted = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
+    options = config_options(args.option)
     asr = WhisperEngine(cache_dir=Settings().cache_dir, parallel=1)
     asr.load(lambda message: None)
     vad = SileroVad()
@@ -144,7 +159,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if wanted and clip.name not in wanted and clip.family not in wanted:
             continue
         pcm = load_clip(root, clip)
-        finals = asyncio.run(finals_of(through_opus(pcm) if args.opus else pcm, asr, vad, wall=args.wall))
+        finals = asyncio.run(finals_of(through_opus(pcm) if args.opus else pcm, asr, vad, wall=args.wall,
+                                       options=options))
         score = wer(clip.reference, " ".join(finals))
         count = len(clip.reference.split())
         errors, words = errors + score * count, words + count
@@ -153,7 +169,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     overall = round(errors / words, 4) if words else None
     print(f"overall {100 * (overall or 0):.2f} %")
     return {"benchmark": "captions finals in virtual time", "opus": args.opus, "clock": "wall" if args.wall else
-            {"beam_5_s": BEAM_COST_S, "greedy_s": GREEDY_COST_S}, "overall_wer": overall, "clips": rows,
+            {"beam_5_s": BEAM_COST_S, "greedy_s": GREEDY_COST_S}, "options": options,
+            "overall_wer": overall, "clips": rows,
             "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -164,6 +181,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated clip names or families")
     parser.add_argument("--opus", action="store_true", help="each clip through Opus and back first")
     parser.add_argument("--wall", action="store_true", help="the transcriber's clock is the real one")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a TranscriberConfig field for the A/B (repeatable), e.g. force_context=true")
     parser.add_argument("--out", default="", help="write the JSON results here")
     args = parser.parse_args()
     result = run(args)

@@ -84,27 +84,41 @@ class EarlierFinals:
                 return
             yield final
 
+    def context_from_ms(self, target_ms: int, kept_from_ms: int) -> int:
+        """The earliest audio a final decode covering audio up to ``target_ms`` may hear: :meth:`limit_s` before
+        it, at or after ``kept_from_ms`` (the audio still kept)."""
+        return max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
+
+    def context_finals(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
+                       language: str | None, partial_ms: int = 0) -> list[FinalCaption]:
+        """The finals a final decode covering audio up to ``target_ms`` hears as earlier speech, earliest first:
+        the latest finals in ``language`` (any, when None; a final in another language ends the run: its speech
+        would be decoded in the wrong language) whose pre-roll began within :meth:`limit_s` before ``target_ms``,
+        at or after ``kept_from_ms`` (the audio still kept), and that ended before the utterance's own audio (from
+        ``utterance_from_ms``); with ``partial_ms``, also the one the span cuts into when at least that much of it
+        is left (:meth:`context_from_ms` is then where the audio begins)."""
+        lo = self.context_from_ms(target_ms, kept_from_ms)
+        found: list[FinalCaption] = []
+        for final in self._latest(language):
+            before_utterance = final.end_ms <= utterance_from_ms + self.preroll_ms
+            if final.start_ms - self.preroll_ms < lo:
+                if 0 < partial_ms <= final.end_ms - lo and before_utterance:  # its last part is heard
+                    found.append(final)
+                break
+            if before_utterance:
+                found.append(final)
+        return found[::-1]
+
     def span(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
              language: str | None) -> tuple[int, str, int] | None:
-        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech, the text of the
-        finals from there on, and where the last of them ends: the pre-roll of the earliest of the latest finals in
-        ``language`` (any, when None; a final in another language ends the run: its speech would be decoded in the
-        wrong language) that began within :meth:`limit_s` before ``target_ms``, at or after ``kept_from_ms`` (the
-        audio still kept), and ended before the utterance's own audio (from ``utterance_from_ms``). None when no
-        final qualifies."""
-        lo = max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
-        start = None
-        end = 0
-        texts: list[str] = []
-        for final in self._latest(language):
-            begin = final.start_ms - self.preroll_ms
-            if begin < lo:
-                break
-            if final.end_ms <= utterance_from_ms + self.preroll_ms:
-                start = begin
-                end = max(end, final.end_ms)
-                texts.append(final.text)
-        return (start, " ".join(reversed(texts)), end) if start is not None else None
+        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech (the pre-roll of
+        the earliest of :meth:`context_finals`), the text of those finals, and where the last of them ends; None
+        when no final qualifies."""
+        finals = self.context_finals(target_ms, kept_from_ms, utterance_from_ms, language)
+        if not finals:
+            return None
+        return (finals[0].start_ms - self.preroll_ms, " ".join(f.text for f in finals),
+                max(f.end_ms for f in finals))
 
     def prompt(self, language: str | None, chars: int) -> str:
         """The last ``chars`` characters of the finals in ``language`` (the most recent run of them): Whisper's

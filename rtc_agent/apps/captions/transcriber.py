@@ -10,9 +10,12 @@ every ``decode_interval_ms`` of audio (stretched when decodes come back slowly),
 committed words forced as the decoder prefix; every decode yields a ``caption.partial``.
 
 Finals: the utterance's whole audio (from ``preroll_ms`` before the VAD's start to ``tail_ms`` after its end), after
-up to ``context_s`` of the session's previous utterances, is decoded once more with no forced prefix, as offline
-transcription would (only the segments of this utterance are kept), with beam search (``final_beam_size``;
-optionally the session's previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). It starts at the first
+up to ``context_s`` of the session's previous utterances, is decoded once more, as offline transcription would
+(only the segments of this utterance are kept), with beam search (``final_beam_size``; optionally the session's
+previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). With ``force_context`` the engine forces the
+earlier finals' text, timestamped, over their audio, so the decode writes only this utterance; once it has done
+so, a context the budget cuts into an earlier final still hears that final's last ``partial_context_ms`` or more
+(an engine that cannot force would write those words again). It starts at the first
 quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the final is usually
 ready; if speech resumes, it is discarded. A final decode never waits for a partial decode still running, and it is
 ``urgent`` for the worker (served before the partials of every session). The context span is cut so the decode
@@ -50,7 +53,7 @@ from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
 from rtc_agent.apps.captions.voiced import VoicedAudio
-from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
 from rtc_agent.protocol.events import SpeechStarted, SpeechStopped
@@ -99,6 +102,7 @@ class StreamingTranscriber:
         self._last_decode_at_ms = 0
         self._last_decode_wall_ms = 0.0
         self._error_reported = False
+        self._engine_forces = False  # the engine forced a final's context once: partial contexts are safe
         # numbers for stats()
         self.decodes = 0
         self.final_decodes = 0
@@ -309,27 +313,35 @@ class StreamingTranscriber:
             self._last_decode_at_ms = now_ms
             self._decoding = task
 
-    def _final_audio(self) -> tuple[np.ndarray, int, str, int]:
+    def _final_audio(self) -> tuple[np.ndarray, int, str, int, tuple[Segment, ...]]:
         """What a final decode hears: the utterance to its target, after the earlier speech that fits the
-        budget; with the context's length (ms), its text, and where its speech ends (ms into the audio: the last
-        earlier final's end and the tail; the VAD heard no speech from there to the utterance)."""
+        budget; with the context's length (ms), its text, where its speech ends (ms into the audio: the last
+        earlier final's end and the tail; the VAD heard no speech from there to the utterance) and, with
+        ``force_context``, its finals as segments (times in the audio) for the engine to force."""
         target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
         start_ms = self._buffer.start_ms
         audio = self._buffer.audio()[: max(0, (target - start_ms) * SAMPLE_RATE // 1000)]
         if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-            found = self.earlier.span(target, self._recent.start_ms, start_ms, self.writer.utterance_language)
-            if found is not None and found[0] < start_ms:
-                context = self._recent.slice(found[0], start_ms)
+            finals = self.earlier.context_finals(target, self._recent.start_ms, start_ms,
+                                                 self.writer.utterance_language,
+                                                 self.config.partial_context_ms if self._engine_forces else 0)
+            begin = max(finals[0].start_ms - self.config.preroll_ms,
+                        self.earlier.context_from_ms(target, self._recent.start_ms)) if finals else start_ms
+            if begin < start_ms:
+                context = self._recent.slice(begin, start_ms)
                 context_ms = len(context) * 1000 // SAMPLE_RATE
-                speech_ms = min(context_ms, found[2] + self.config.tail_ms - found[0])
-                return (np.concatenate([context, audio]) if context_ms else audio), context_ms, found[1], speech_ms
-        return audio, 0, "", 0
+                speech_ms = min(context_ms, max(f.end_ms for f in finals) + self.config.tail_ms - begin)
+                forced = tuple(Segment(max(0, f.start_ms - begin) / 1000, (f.end_ms - begin) / 1000, f.text)
+                               for f in finals) if self.config.force_context else ()  # a partial first one whole
+                return (np.concatenate([context, audio]) if context_ms else audio, context_ms,
+                        " ".join(f.text for f in finals), speech_ms, forced)
+        return audio, 0, "", 0, ()
 
     async def _decode(self, now_ms: int, final: bool) -> None:
         if final:
-            audio, context_ms, context_text, context_speech_ms = self._final_audio()
+            audio, context_ms, context_text, context_speech_ms, forced = self._final_audio()
         else:
-            audio, context_ms, context_text, context_speech_ms = self._buffer.audio(), 0, "", 0
+            audio, context_ms, context_text, context_speech_ms, forced = self._buffer.audio(), 0, "", 0, ()
         covered = self._buffer.start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         language = self.writer.utterance_language
@@ -340,6 +352,7 @@ class StreamingTranscriber:
             prefix="" if final else self.writer.committed_text(),
             beam_size=(self.config.final_beam_size or None) if final else 1,
             detect_language=self.rule.fixed is None and (final or language is None), urgent=final, cut_loops=not final,
+            context=forced,
         )
         started = time.monotonic()
         try:
@@ -367,6 +380,7 @@ class StreamingTranscriber:
             self.decode_seconds += transcript.decode_s
         if final:
             if transcript is not None and context_ms:
+                self._engine_forces = self._engine_forces or transcript.context_forced
                 transcript = without_context(transcript, context_ms / 1000, context_text, context_speech_ms / 1000,
                                              VoicedAudio(audio).seconds)
             quiet = self._ending_at is not None or self._pause_at is not None  # else speech resumed while it ran

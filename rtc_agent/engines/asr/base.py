@@ -16,6 +16,13 @@ SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)
+class Segment:
+    start: float
+    end: float
+    text: str
+
+
+@dataclass(frozen=True)
 class TranscribeRequest:
     """Recognize ``audio`` (float32 mono 16 kHz, -1..1).
 
@@ -27,6 +34,9 @@ class TranscribeRequest:
     before the others (partials) in the engine's queue. ``cut_loops``: a decoder loop is cut to one copy instead
     of decoded again in a longer window (a caption's partial: the next decode replaces it within the interval,
     and a 16-30 s window costs several of them).
+    ``context``: earlier speech at the start of ``audio`` whose text is known (a caption's earlier finals, times in
+    seconds from the audio's start): the engine forces it, timestamped, as the decoder's prefix, so the model hears
+    that audio without decoding it again, and returns only what follows (not with ``prefix``).
     """
 
     audio: np.ndarray
@@ -39,17 +49,11 @@ class TranscribeRequest:
     detect_language: bool = False
     urgent: bool = False
     cut_loops: bool = False
+    context: tuple[Segment, ...] = ()
 
     @property
     def duration_s(self) -> float:
         return len(self.audio) / SAMPLE_RATE
-
-
-@dataclass(frozen=True)
-class Segment:
-    start: float
-    end: float
-    text: str
 
 
 @dataclass
@@ -61,7 +65,9 @@ class Transcript:
     a short unit repeated many times (:mod:`rtc_agent.engines.asr.repetition`): ``looks_repetitive``.
     ``language_probs`` is the detector's ranking (most likely first, a few entries) when it ran.
     ``decoded_again``: the engine's repetition guard decoded (a window of) it a second time, so its wall time says
-    little about the engine's usual speed.
+    little about the engine's usual speed. ``context_forced``: the engine forced the request's ``context`` (the
+    text and segments are only what follows it); False where the request had none or the engine cannot force one
+    (then the text covers the context's audio too).
     """
 
     text: str
@@ -77,6 +83,7 @@ class Transcript:
     window_s: float = 0.0
     decode_s: float = 0.0
     decoded_again: bool = False
+    context_forced: bool = False
 
     @property
     def looks_like_silence(self) -> bool:

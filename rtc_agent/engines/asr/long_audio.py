@@ -57,7 +57,7 @@ class LongAudio:
         so_far = "".join(s.text for s in self._segments).strip()
         prompt = " ".join(t for t in (self.request.prompt.strip(), self.request.prefix.strip(), so_far) if t)
         return replace(self.request, audio=self.request.audio[self.seek: self.seek + WINDOW_S * SAMPLE_RATE],
-                       prompt=prompt, prefix="", language=first.language or self.request.language,
+                       prompt=prompt, prefix="", context=(), language=first.language or self.request.language,
                        detect_language=False, full_window=True)
 
     def add(self, window: DecodedWindow) -> None:

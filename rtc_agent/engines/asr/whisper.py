@@ -38,7 +38,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,8 @@ class _Prepared:
     prompt: list[int]
     prefix_tokens: list[int]
     tokenizer: Any
+    context_tokens: list[int] = field(default_factory=list)  # the request's context, timestamped
+    context_end_s: float = 0.0
     language: str | None = None
     language_prob: float | None = None
     language_probs: list[tuple[str, float]] | None = None
@@ -296,7 +298,11 @@ class WhisperEngine:
     def _prepare(self, request: TranscribeRequest, frames: int) -> _Prepared:
         tokenizer = self._tokenizer(request.task, request.language)
         prefix = tokenizer.encode(" " + request.prefix.strip()) if request.prefix.strip() else []
-        return _Prepared(request, self._features(request, frames), [], prefix, tokenizer, request.language)
+        if request.context and prefix:
+            raise ValueError("a request forces either a context or a prefix, not both")
+        context, context_end = _context_tokens(tokenizer, request.context, frames / 100)
+        return _Prepared(request, self._features(request, frames), [], prefix, tokenizer, context, context_end,
+                         request.language)
 
     def _detect_languages(self, prepared: list[_Prepared], encoded: Any) -> None:
         if not self.model.model.is_multilingual:
@@ -322,9 +328,13 @@ class WhisperEngine:
             previous = tok.encode(" " + p.request.prompt.strip())[-keep:]
             prompt += [tok.sot_prev, *previous]
         prompt += list(tok.sot_sequence)
-        prompt.append(tok.timestamp_begin)  # timestamps on; a forced prefix follows the first timestamp
-        prompt += p.prefix_tokens
-        return prompt
+        return prompt + self._forced(p)
+
+    @staticmethod
+    def _forced(p: _Prepared) -> list[int]:
+        """The tokens forced after the start sequence: the timestamped context, or the first timestamp (timestamps
+        on) and the prefix."""
+        return p.context_tokens or [p.tokenizer.timestamp_begin, *p.prefix_tokens]
 
     def _max_tokens(self, p: _Prepared) -> int:
         """CTranslate2's ``max_length`` for Whisper counts the prompt (previous text, start sequence, forced
@@ -340,12 +350,12 @@ class WhisperEngine:
     def _transcript(self, p: _Prepared, result: Any, k: int, frames: int, start: float) -> DecodedWindow:
         tok = p.tokenizer
         tokens = list(result.sequences_ids[k])
-        forced = [tok.timestamp_begin, *p.prefix_tokens]
+        forced = self._forced(p)
         if tokens[: len(forced)] == forced:  # CTranslate2 returns the forced prefix with the output
             tokens = tokens[len(forced):]
         elif tokens[:1] == [tok.timestamp_begin]:
             tokens = tokens[1:]
-        segments, settled_s = self._split(tok, tokens, p.request.duration_s)
+        segments, settled_s = self._split(tok, tokens, p.request.duration_s, p.context_end_s)
         text = "".join(s.text for s in segments).strip()
         length = len(result.sequences_ids[k])
         avg_logprob = result.scores[k] * length / (length + 1) if result.scores else 0.0
@@ -357,7 +367,7 @@ class WhisperEngine:
             language_probs=list(p.language_probs or []),
             no_speech_prob=float(result.no_speech_prob), avg_logprob=float(avg_logprob),
             compression_ratio=float(ratio), prefix_applied=True, audio_s=p.request.duration_s,
-            window_s=frames / 100, decode_s=time.monotonic() - start,
+            window_s=frames / 100, decode_s=time.monotonic() - start, context_forced=bool(p.context_tokens),
         ), settled_s)
 
     @staticmethod
@@ -366,8 +376,10 @@ class WhisperEngine:
         return WhisperEngine._split(tok, tokens, duration)[0]
 
     @staticmethod
-    def _split(tok: Any, tokens: list[int], duration: float) -> tuple[list[Segment], float]:
-        """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end.
+    def _split(tok: Any, tokens: list[int], duration: float,
+               start: float = 0.0) -> tuple[list[Segment], float]:
+        """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end; text
+        before the first timestamp starts at ``start`` (where a forced context ended).
 
         A segment that starts in the last ``LATE_SEGMENT_S`` of the audio is dropped: in a window padded past the
         audio, Whisper often "hears" the sentence again there (no word can be complete in that time anyway).
@@ -378,7 +390,7 @@ class WhisperEngine:
         """
         pieces: list[tuple[Segment, bool]] = []  # (segment, closed by a timestamp)
         current: list[int] = []
-        seg_start = 0.0
+        seg_start = start
         for token in tokens:
             if token >= tok.timestamp_begin:
                 at = (token - tok.timestamp_begin) * TIME_PRECISION
@@ -395,3 +407,21 @@ class WhisperEngine:
 
     def close(self) -> None:
         self.model = None
+
+
+def _context_tokens(tok: Any, context: tuple[Segment, ...], window_s: float) -> tuple[list[int], float]:
+    """A request's context as Whisper writes its own segments (start timestamp, text, end timestamp), each
+    timestamp rounded to ``TIME_PRECISION``, never before the previous one nor past the window; with where the
+    last one ends (seconds)."""
+    tokens: list[int] = []
+    last = 0
+    top = int(window_s / TIME_PRECISION)
+    for segment in context:
+        words = tok.encode(" " + segment.text.strip()) if segment.text.strip() else []
+        if not words:
+            continue
+        start = min(top, max(last, round(segment.start / TIME_PRECISION)))
+        end = min(top, max(start, round(segment.end / TIME_PRECISION)))
+        tokens += [tok.timestamp_begin + start, *words, tok.timestamp_begin + end]
+        last = end
+    return tokens, last * TIME_PRECISION
