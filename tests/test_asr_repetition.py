@@ -179,6 +179,16 @@ def test_a_loop_after_the_speech_is_cut_without_a_longer_window():
     assert len(engine.calls) == 2 and all(window_s is None for window_s, _ in engine.calls)
 
 
+def test_a_loop_after_the_speech_that_follows_a_forced_context_is_cut_without_a_longer_window():
+    """The words must cover the speech after the context (2 s here), not the whole audio with it (8 s)."""
+    said = "Press star for help."
+    engine = ScriptedWhisper({(8, 0): said + " help" * 12})
+    context = (Segment(0.2, 5.8, "The library closes early on Fridays during the winter."),)
+    (out,) = engine.run_batch([_request(8, beam_size=5, context=context)])
+    assert out.text.startswith(said) and not out.looks_repetitive
+    assert len(engine.calls) == 2 and all(window_s is None for window_s, _ in engine.calls)
+
+
 def test_the_fallback_is_bounded_and_a_loop_that_stays_is_cut():
     for loop in LOOPS:
         engine = ScriptedWhisper({(4, 0): loop, (6, 0): "Nothing wrong here."})

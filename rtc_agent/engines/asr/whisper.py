@@ -73,9 +73,11 @@ LANGUAGE_RANKING = 8  # detected languages reported per request (most likely fir
 PARALLEL_DECODES = 2
 
 
-def _covers(transcript: Transcript, audio_s: float) -> bool:
-    """Whether ``transcript`` has words enough for ``audio_s`` of speech (``COVERED_WORDS_PER_S``)."""
-    return len(transcript.text.split()) >= COVERED_WORDS_PER_S * audio_s
+def _covers(transcript: Transcript, request: TranscribeRequest) -> bool:
+    """Whether ``transcript`` has words enough for the request's speech after its forced context
+    (``COVERED_WORDS_PER_S``)."""
+    new_s = request.duration_s - (request.context[-1].end if request.context else 0.0)
+    return len(transcript.text.split()) >= COVERED_WORDS_PER_S * new_s
 
 
 def _shape(beam: int) -> str:
@@ -249,7 +251,7 @@ class WhisperEngine:
             else:
                 for i in looping:  # a loop that starts after the speech was heard: cutting it loses nothing
                     cut = results[i].transcript.without_loop()
-                    if not cut.looks_repetitive and _covers(cut, requests[i].duration_s):
+                    if not cut.looks_repetitive and _covers(cut, requests[i]):
                         results[i] = replace(results[i], transcript=cut)
                 # a full-window request's own window is already as long as any longer one: it is cut too
                 looping = [i for i in looping if results[i].transcript.looks_repetitive and not requests[i].cut_loops
