@@ -503,7 +503,7 @@ async def test_slow_final_decodes_shrink_the_context_to_the_budget(budget_ms, de
 
 async def three_utterances(rec: ScriptedRecognizer) -> Harness:
     """Utterances at 0.2-1.3, 1.8-2.6 and 3.3-4.0 s, each final decode hearing up to 3 s of audio."""
-    h = Harness(rec, decode_interval_ms=10_000, context_s=3.0, partial_context_ms=100)
+    h = Harness(rec, decode_interval_ms=10_000, context_s=3.0, force_context=True, partial_context_ms=100)
     for start, end in [(200, 1300), (1800, 2600), (3300, 4000)]:
         h.audio(start - h.ms)
         h.transcriber.on_speech(SpeechEvent("start", start), h.ms)

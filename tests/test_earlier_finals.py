@@ -61,3 +61,15 @@ def test_a_final_the_span_cuts_into_is_heard_when_enough_of_it_is_left():
     assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=900)] == ["text 2", "text 3"]
     assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=1500)] == ["text 3"]
     assert abs(e.context_from_ms(15000, 0) - 8000) <= 1 and e.context_from_ms(15000, 8500) == 8500
+
+
+def test_the_forced_context_setting_turns_on_both_rules():
+    import dataclasses
+
+    from rtc_agent.apps.captions.transcriber_config import FORCED_PARTIAL_CONTEXT_MS, transcriber_config
+    from rtc_agent.config import Settings
+
+    default = transcriber_config(Settings(), "en")
+    assert (default.force_context, default.partial_context_ms) == (False, 0)
+    forced = transcriber_config(dataclasses.replace(Settings(), captions_force_context=True), "en")
+    assert (forced.force_context, forced.partial_context_ms) == (True, FORCED_PARTIAL_CONTEXT_MS)

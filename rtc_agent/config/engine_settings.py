@@ -43,6 +43,11 @@ class EngineSettings:
         4.0, "A caption utterance at least this long (seconds) that pauses briefly and goes on gets its final for "
              "the part before the pause (decoded at the pause), once that part is also longer than the final budget "
              "can decode, so the final at its end decodes only the rest (0: never split at pauses).", "engines")
+    captions_force_context: bool = _opt(
+        False, "A caption's final decode (embedded Whisper) gets the earlier finals' text forced over their audio, "
+               "and hears the last second of an earlier final the budget cuts into: more context on a slow CPU (an "
+               "AVX2 one without AVX-512 VNNI), but an earlier final's wrong words carry into the next ones.",
+        "engines")
     captions_final_beam: int = _opt(
         0, "Beam of a caption's final decode (1: greedy; 1-10). 0: derived from this machine's measured speed (beam "
            "5 where the beam-5 final of a 3 s utterance fits captions_final_budget_ms, smaller down to greedy where "

@@ -24,9 +24,10 @@ greedy decode of ``PROBE_PARTIAL_S`` alone, ``partial_batch_s`` the same per req
    beam 5 against 8.4 % greedy (offline Whisper base 5.2 %); offline over the whole clips, beam 5 against greedy:
    espeak 6.29 vs 8.46 %, recorded human speech (7 speakers) 7.28 vs 11.92 %, for 1.25x the CPU time; and on the
    AMD EPYC of issue 19 the captions' errors were those of a short greedy window while a bigger final budget
-   (more context) did not help (WER 0.19). Not measured yet: on a slow CPU, beam 5 with the context cut against a
-   smaller beam with more context (the A/B: ``rtc-agent bench captions --set`` with ``captions_final_beam``
-   pinned to each).
+   (more context) did not help (WER 0.19). A smaller beam buys little context: one decode of 16 s of recorded
+   speech on one thread of a 2-core Xeon takes 0.83 s at beam 5 against 0.60 s greedy natively, 1.27 against
+   0.98 s under ``cpu-profile avx2`` (the decoder's steps cost about the same at any beam), so greedy would hear
+   about a quarter more earlier speech.
 
 2. **Partial interval.** With ``talkers`` sessions each asking for a partial every ``I`` seconds of speech and a
    final of its ``UTTERANCE_S`` utterance (at the chosen beam; the context it also hears is cut to what the

@@ -9,6 +9,9 @@ from typing import Any
 
 __all__ = ["TranscriberConfig", "apply_plan", "transcriber_config"]
 
+#: With ``captions_force_context``: the least of a cut earlier final a final decode hears.
+FORCED_PARTIAL_CONTEXT_MS = 1000
+
 
 @dataclass
 class TranscriberConfig:
@@ -45,12 +48,14 @@ class TranscriberConfig:
     # alone.
     context_s: float = 16.0
     # The earlier finals' text forced, timestamped, over their audio (engines that can: embedded Whisper), and
-    # the last part (at least this long) of an earlier final the span cuts into. Measured on the speech set in
-    # virtual time with each decode's real wall time (README) on a 2-core Xeon: under cpu-profile avx2, where the
-    # 2x slower decodes leave room for little context, 11.4 % WER with the context decoded again and whole
-    # finals only, 8.7 % with both; natively 7.8 and 6.5 %.
-    force_context: bool = True
-    partial_context_ms: int = 1000
+    # the last part (at least ``partial_context_ms``; 0: never) of an earlier final the span cuts into. Off by
+    # default: on the speech set on a 2-core Xeon (README) forcing copies an earlier final's wrong words into the
+    # next ones ("followed by the Pan King" three times over noise: overall 7.4 % WER against 6.8 % natively),
+    # and the cut finals fill the final budget (p50 645 ms against 599); under cpu-profile avx2, where the 2x
+    # slower decodes leave room for little context, both together took 10.7 to 10.0 % (8.7 against 11.4 % in
+    # virtual time with real decode times).
+    force_context: bool = False
+    partial_context_ms: int = 0
     final_budget_ms: int = 450
     context_max_utterance_s: float = 15.0
     # A long utterance that pauses (quiet for at least ``tail_ms``) and goes on: the final decode started at the
@@ -68,14 +73,17 @@ def transcriber_config(settings: Any, language: str | None, prior: str | None = 
                        **options: Any) -> TranscriberConfig:
     """A config for ``language`` (None: auto, expecting ``prior``) with the server ``settings``' context,
     final-decode budget and split length (``captions_context_s``, ``captions_final_budget_ms``,
-    ``captions_split_min_s``), the final's beam and the partial interval where a setting pins them
-    (``captions_final_beam``, ``captions_partial_interval_ms``; 0: the defaults until :func:`apply_plan`) and
-    any other ``options``."""
+    ``captions_split_min_s``), the forced context where ``captions_force_context`` asks for it (``force_context``,
+    ``partial_context_ms`` ``FORCED_PARTIAL_CONTEXT_MS``), the final's beam and the partial interval where a
+    setting pins them (``captions_final_beam``, ``captions_partial_interval_ms``; 0: the defaults until
+    :func:`apply_plan`) and any other ``options``."""
     pinned: dict[str, Any] = {}
     if int(getattr(settings, "captions_final_beam", 0) or 0) > 0:
         pinned["final_beam_size"] = int(settings.captions_final_beam)
     if int(getattr(settings, "captions_partial_interval_ms", 0) or 0) > 0:
         pinned["decode_interval_ms"] = int(settings.captions_partial_interval_ms)
+    if getattr(settings, "captions_force_context", False):
+        pinned.update(force_context=True, partial_context_ms=FORCED_PARTIAL_CONTEXT_MS)
     return TranscriberConfig(language=language, language_prior=prior, **{**pinned, **options},
                              context_s=float(getattr(settings, "captions_context_s", TranscriberConfig.context_s)),
                              final_budget_ms=int(getattr(settings, "captions_final_budget_ms",
