@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest
-from rtc_agent.engines.asr.whisper import TIME_PRECISION, WhisperEngine, _context_tokens
+from rtc_agent.engines.asr.whisper import WhisperEngine
+from rtc_agent.engines.asr.whisper_tokens import TIME_PRECISION, context_tokens
 
 
 class FakeTokenizer:
@@ -27,14 +28,14 @@ def ts(seconds: float) -> int:
 
 def test_the_context_is_written_as_whisper_writes_its_segments():
     context = (Segment(0.2, 2.5, "one three"), Segment(3.1, 5.0, "sixsix"))
-    tokens, end = _context_tokens(FakeTokenizer(), context, 8.0)
+    tokens, end = context_tokens(FakeTokenizer(), context, 8.0)
     assert tokens == [ts(0.2), 3, 5, ts(2.5), ts(3.1), 6, ts(5.0)]
     assert end == pytest.approx(5.0)
 
 
 def test_context_timestamps_never_go_back_nor_past_the_window_and_empty_finals_are_skipped():
     context = (Segment(1.0, 3.0, "aa"), Segment(2.0, 2.5, "bbb"), Segment(3.5, 4.0, "  "), Segment(5.0, 9.0, "c"))
-    tokens, end = _context_tokens(FakeTokenizer(), context, 6.0)
+    tokens, end = context_tokens(FakeTokenizer(), context, 6.0)
     stamps = [t for t in tokens if t >= FakeTokenizer.timestamp_begin]
     assert stamps == sorted(stamps)  # the second final overlaps the first: it starts where the first ended
     assert stamps == [ts(1.0), ts(3.0), ts(3.0), ts(3.0), ts(5.0), ts(6.0)]

@@ -13,20 +13,25 @@ def finals(**kw) -> EarlierFinals:
     return e
 
 
+def span(e: EarlierFinals, *args) -> tuple[int, str, int] | None:
+    heard = e.context(*args)
+    return None if heard is None else (heard.begin_ms, heard.text, heard.end_ms)
+
+
 def test_the_span_reaches_back_as_far_as_the_budget_allows():
     e = finals()
     # no speed known yet: up to context_s; a final in another language ends the run of the same language
     assert e.limit_s() == 16.0
-    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
-    assert e.span(15000, 0, 13000, None) == (800, "text 0 text 1 text 2 text 3", 12000)
-    assert e.span(15000, 0, 13000, "de") is None  # the latest finals are English
-    assert e.span(15000, 8000, 13000, "en") == (9800, "text 3", 12000)  # audio before 8 s is no longer kept
-    assert e.span(15000, 0, 11000, "en") == (6800, "text 2", 9000)  # a final overlapping the utterance is not context
+    assert span(e, 15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
+    assert span(e, 15000, 0, 13000, None) == (800, "text 0 text 1 text 2 text 3", 12000)
+    assert span(e, 15000, 0, 13000, "de") is None  # the latest finals are English
+    assert span(e, 15000, 8000, 13000, "en") == (9800, "text 3", 12000)  # audio before 8 s is no longer kept
+    assert span(e, 15000, 0, 11000, "en") == (6800, "text 2", 9000)  # a final overlapping the utterance is not context
     e.decoded(wall_s=0.75, audio_s=10.0)  # 0.075 s a second of audio: 6 s fit 450 ms
     assert abs(e.limit_s() - 6.0) < 1e-9
-    assert e.span(15000, 0, 13000, "en") == (9800, "text 3", 12000)
+    assert span(e, 15000, 0, 13000, "en") == (9800, "text 3", 12000)
     e.decoded(wall_s=10.0, audio_s=1.0)  # very slow (a busy engine): nothing fits
-    assert e.span(15000, 0, 13000, "en") is None
+    assert span(e, 15000, 0, 13000, "en") is None
 
 
 def test_one_slow_final_decode_does_not_take_the_context_away():
@@ -38,10 +43,10 @@ def test_one_slow_final_decode_does_not_take_the_context_away():
     assert abs(e.limit_s() - 15.0) < 1e-9
     e.decoded(wall_s=1.2, audio_s=10.0)
     assert abs(e.limit_s() - 15.0) < 1e-9
-    assert e.span(15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
+    assert span(e, 15000, 0, 13000, "en") == (6800, "text 2 text 3", 12000)
     e.decoded(wall_s=1.2, audio_s=10.0)  # 0.12 s a second: 3.75 s fit
     assert abs(e.limit_s() - 3.75) < 1e-9
-    assert e.span(15000, 0, 13000, "en") is None
+    assert span(e, 15000, 0, 13000, "en") is None
 
 
 def test_the_prompt_is_the_latest_finals_in_the_language():
@@ -61,6 +66,11 @@ def test_a_final_the_span_cuts_into_is_heard_when_enough_of_it_is_left():
     assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=900)] == ["text 2", "text 3"]
     assert [f.text for f in e.context_finals(15000, 0, 13000, "en", partial_ms=1500)] == ["text 3"]
     assert abs(e.context_from_ms(15000, 0) - 8000) <= 1 and e.context_from_ms(15000, 8500) == 8500
+    heard = e.context(15000, 0, 13000, "en", partial_ms=900)
+    assert abs(heard.begin_ms - 8000) <= 1 and heard.end_ms == 12000 and heard.text == "text 2 text 3"
+    segments = heard.segments()  # the cut final from the audio's start, its text whole
+    assert segments[0].start == 0 and abs(segments[0].end - 1.0) < 0.01 and segments[0].text == "text 2"
+    assert abs(segments[1].start - 2.0) < 0.01 and abs(segments[1].end - 4.0) < 0.01
 
 
 def test_the_forced_context_setting_turns_on_both_rules():

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rtc_agent.engines.asr.whisper import LATE_SEGMENT_S, TIME_PRECISION, WhisperEngine
+from rtc_agent.engines.asr.whisper import WhisperEngine
+from rtc_agent.engines.asr.whisper_tokens import LATE_SEGMENT_S, TIME_PRECISION
 
 
 class FakeTokenizer:

@@ -12,7 +12,9 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["EarlierFinals", "FinalCaption"]
+from rtc_agent.engines.asr.base import Segment
+
+__all__ = ["EarlierFinals", "FinalCaption", "HeardContext"]
 
 #: The speed of final decodes is the median of this many recent ones: one decode the engine's repetition guard ran
 #: again (3-5x its usual time) does not take the next finals' context away, two slow ones in a row (a busy
@@ -27,6 +29,29 @@ class FinalCaption:
     start_ms: int
     end_ms: int
     language: str | None
+
+
+@dataclass(frozen=True)
+class HeardContext:
+    """The earlier speech a final decode hears: its audio from ``begin_ms``, with these ``finals`` in it (the
+    first one cut when it began before ``begin_ms``)."""
+
+    begin_ms: int
+    finals: tuple[FinalCaption, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join(f.text for f in self.finals)
+
+    @property
+    def end_ms(self) -> int:
+        """Where the last of the finals ends."""
+        return max(f.end_ms for f in self.finals)
+
+    def segments(self) -> tuple[Segment, ...]:
+        """The finals as segments, times in seconds from ``begin_ms`` (a cut first one from 0, its text whole)."""
+        return tuple(Segment(max(0, f.start_ms - self.begin_ms) / 1000, (f.end_ms - self.begin_ms) / 1000, f.text)
+                     for f in self.finals)
 
 
 class EarlierFinals:
@@ -109,16 +134,16 @@ class EarlierFinals:
                 found.append(final)
         return found[::-1]
 
-    def span(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
-             language: str | None) -> tuple[int, str, int] | None:
-        """Where a final decode covering audio up to ``target_ms`` begins hearing earlier speech (the pre-roll of
-        the earliest of :meth:`context_finals`), the text of those finals, and where the last of them ends; None
-        when no final qualifies."""
-        finals = self.context_finals(target_ms, kept_from_ms, utterance_from_ms, language)
+    def context(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int, language: str | None,
+                partial_ms: int = 0) -> HeardContext | None:
+        """What a final decode covering audio up to ``target_ms`` hears of the earlier speech: the
+        :meth:`context_finals` (same arguments), from the pre-roll of the earliest (or :meth:`context_from_ms`
+        where the span cuts into it); None when no final qualifies."""
+        finals = self.context_finals(target_ms, kept_from_ms, utterance_from_ms, language, partial_ms)
         if not finals:
             return None
-        return (finals[0].start_ms - self.preroll_ms, " ".join(f.text for f in finals),
-                max(f.end_ms for f in finals))
+        begin = max(finals[0].start_ms - self.preroll_ms, self.context_from_ms(target_ms, kept_from_ms))
+        return HeardContext(begin, tuple(finals))
 
     def prompt(self, language: str | None, chars: int) -> str:
         """The last ``chars`` characters of the finals in ``language`` (the most recent run of them): Whisper's

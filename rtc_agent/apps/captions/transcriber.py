@@ -322,19 +322,14 @@ class StreamingTranscriber:
         start_ms = self._buffer.start_ms
         audio = self._buffer.audio()[: max(0, (target - start_ms) * SAMPLE_RATE // 1000)]
         if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-            finals = self.earlier.context_finals(target, self._recent.start_ms, start_ms,
-                                                 self.writer.utterance_language,
-                                                 self.config.partial_context_ms if self._engine_forces else 0)
-            begin = max(finals[0].start_ms - self.config.preroll_ms,
-                        self.earlier.context_from_ms(target, self._recent.start_ms)) if finals else start_ms
-            if begin < start_ms:
-                context = self._recent.slice(begin, start_ms)
+            heard = self.earlier.context(target, self._recent.start_ms, start_ms, self.writer.utterance_language,
+                                         self.config.partial_context_ms if self._engine_forces else 0)
+            if heard is not None and heard.begin_ms < start_ms:
+                context = self._recent.slice(heard.begin_ms, start_ms)
                 context_ms = len(context) * 1000 // SAMPLE_RATE
-                speech_ms = min(context_ms, max(f.end_ms for f in finals) + self.config.tail_ms - begin)
-                forced = tuple(Segment(max(0, f.start_ms - begin) / 1000, (f.end_ms - begin) / 1000, f.text)
-                               for f in finals) if self.config.force_context else ()  # a partial first one whole
-                return (np.concatenate([context, audio]) if context_ms else audio, context_ms,
-                        " ".join(f.text for f in finals), speech_ms, forced)
+                speech_ms = min(context_ms, heard.end_ms + self.config.tail_ms - heard.begin_ms)
+                return (np.concatenate([context, audio]) if context_ms else audio, context_ms, heard.text, speech_ms,
+                        heard.segments() if self.config.force_context else ())
         return audio, 0, "", 0, ()
 
     async def _decode(self, now_ms: int, final: bool) -> None:

