@@ -11,11 +11,9 @@ committed words forced as the decoder prefix; every decode yields a ``caption.pa
 
 Finals: the utterance's whole audio (from ``preroll_ms`` before the VAD's start to ``tail_ms`` after its end), after
 up to ``context_s`` of the session's previous utterances, is decoded once more, as offline transcription would
-(only the segments of this utterance are kept), with beam search (``final_beam_size``; optionally the session's
-previous finals as Whisper's ``initial_prompt``, ``prompt_chars``). With ``force_context`` the engine forces the
-earlier finals' text, timestamped, over their audio, so the decode writes only this utterance; once it has done
-so, a context the budget cuts into an earlier final still hears that final's last ``partial_context_ms`` or more
-(an engine that cannot force would write those words again). It starts at the first
+(only the segments of this utterance are kept), with beam search (``final_beam_size``; optionally the previous
+finals as ``initial_prompt``, ``prompt_chars``; or forced over their audio, ``force_context``, with the last part
+of one the budget cuts into, ``partial_context_ms``, once the engine has forced one). It starts at the first
 quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the final is usually
 ready; if speech resumes, it is discarded. A final decode never waits for a partial decode still running, and it is
 ``urgent`` for the worker (served before the partials of every session). The context span is cut so the decode
@@ -316,8 +314,7 @@ class StreamingTranscriber:
     def _final_audio(self) -> tuple[np.ndarray, int, str, int, tuple[Segment, ...]]:
         """What a final decode hears: the utterance to its target, after the earlier speech that fits the
         budget; with the context's length (ms), its text, where its speech ends (ms into the audio: the last
-        earlier final's end and the tail; the VAD heard no speech from there to the utterance) and, with
-        ``force_context``, its finals as segments (times in the audio) for the engine to force."""
+        earlier final's end and the tail) and, with ``force_context``, its finals as segments to force."""
         target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
         start_ms = self._buffer.start_ms
         audio = self._buffer.audio()[: max(0, (target - start_ms) * SAMPLE_RATE // 1000)]
@@ -333,10 +330,8 @@ class StreamingTranscriber:
         return audio, 0, "", 0, ()
 
     async def _decode(self, now_ms: int, final: bool) -> None:
-        if final:
-            audio, context_ms, context_text, context_speech_ms, forced = self._final_audio()
-        else:
-            audio, context_ms, context_text, context_speech_ms, forced = self._buffer.audio(), 0, "", 0, ()
+        audio, context_ms, context_text, context_speech_ms, forced = (
+            self._final_audio() if final else (self._buffer.audio(), 0, "", 0, ()))
         covered = self._buffer.start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         language = self.writer.utterance_language
