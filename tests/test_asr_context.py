@@ -8,7 +8,7 @@ import pytest
 
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest
 from rtc_agent.engines.asr.whisper import WhisperEngine
-from rtc_agent.engines.asr.whisper_tokens import TIME_PRECISION, context_tokens
+from rtc_agent.engines.asr.whisper_tokens import TIME_PRECISION, context_tokens, split_segments
 
 
 class FakeTokenizer:
@@ -43,7 +43,7 @@ def test_context_timestamps_never_go_back_nor_past_the_window_and_empty_finals_a
 
 
 def test_text_before_the_first_generated_timestamp_starts_where_the_context_ended():
-    segments, _ = WhisperEngine._split(FakeTokenizer(), [7, 8, ts(4.0), FakeTokenizer.eot], 5.0, start=2.6)
+    segments, _ = split_segments(FakeTokenizer(), [7, 8, ts(4.0), FakeTokenizer.eot], 5.0, start=2.6)
     assert [(s.start, s.end, s.text) for s in segments] == [(2.6, 4.0, " w7 w8")]
 
 

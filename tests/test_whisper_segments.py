@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rtc_agent.engines.asr.whisper import WhisperEngine
-from rtc_agent.engines.asr.whisper_tokens import LATE_SEGMENT_S, TIME_PRECISION
+from rtc_agent.engines.asr.whisper_tokens import LATE_SEGMENT_S, TIME_PRECISION, split_segments
 
 
 class FakeTokenizer:
@@ -20,7 +19,7 @@ def ts(seconds: float) -> int:
 
 def test_segments_split_at_timestamps_and_the_last_one_ends_with_the_audio() -> None:
     tokens = [1, 2, ts(1.0), ts(1.0), 3, FakeTokenizer.eot]
-    segments = WhisperEngine._segments(FakeTokenizer(), tokens, 2.5)
+    segments, _ = split_segments(FakeTokenizer(), tokens, 2.5)
     assert [(s.start, s.end, s.text) for s in segments] == [(0.0, 1.0, " w1 w2"), (1.0, 2.5, " w3")]
 
 
@@ -29,12 +28,12 @@ def test_a_segment_starting_at_the_end_of_the_audio_is_dropped() -> None:
     duration = 3.5
     late = duration - LATE_SEGMENT_S / 2
     tokens = [1, 2, 3, ts(late), ts(late), 1, 2, FakeTokenizer.eot]
-    segments = WhisperEngine._segments(FakeTokenizer(), tokens, duration)
+    segments, _ = split_segments(FakeTokenizer(), tokens, duration)
     assert [s.text for s in segments] == [" w1 w2 w3"]
     # a segment that starts early enough to hold a word is kept
     early = duration - LATE_SEGMENT_S - 0.2
     tokens = [1, ts(early), ts(early), 4, FakeTokenizer.eot]
-    assert [s.text for s in WhisperEngine._segments(FakeTokenizer(), tokens, duration)] == [" w1", " w4"]
+    assert [s.text for s in split_segments(FakeTokenizer(), tokens, duration)[0]] == [" w1", " w4"]
 
 
 def test_decode_threads_share_the_cores_between_parallel_decodes(monkeypatch):

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
 from rtc_agent.engines.asr.long_audio import WINDOW_S, DecodedWindow, LongAudio
 from rtc_agent.engines.asr.repetition import compression_ratio
 from rtc_agent.engines.asr.whisper_tokens import context_tokens, split_segments
@@ -358,7 +358,7 @@ class WhisperEngine:
             tokens = tokens[len(forced):]
         elif tokens[:1] == [tok.timestamp_begin]:
             tokens = tokens[1:]
-        segments, settled_s = self._split(tok, tokens, p.request.duration_s, p.context_end_s)
+        segments, settled_s = split_segments(tok, tokens, p.request.duration_s, p.context_end_s)
         text = "".join(s.text for s in segments).strip()
         length = len(result.sequences_ids[k])
         avg_logprob = result.scores[k] * length / (length + 1) if result.scores else 0.0
@@ -372,17 +372,6 @@ class WhisperEngine:
             compression_ratio=float(ratio), prefix_applied=True, audio_s=p.request.duration_s,
             window_s=frames / 100, decode_s=time.monotonic() - start, context_forced=bool(p.context_tokens),
         ), settled_s)
-
-    @staticmethod
-    def _segments(tok: Any, tokens: list[int], duration: float) -> list[Segment]:
-        """The segments of :meth:`_split`."""
-        return WhisperEngine._split(tok, tokens, duration)[0]
-
-    @staticmethod
-    def _split(tok: Any, tokens: list[int], duration: float,
-               start: float = 0.0) -> tuple[list[Segment], float]:
-        """:func:`~rtc_agent.engines.asr.whisper_tokens.split_segments`."""
-        return split_segments(tok, tokens, duration, start)
 
     def close(self) -> None:
         self.model = None
