@@ -242,3 +242,23 @@ LONG_THEN_SHORT = [
     "afternoon.",
     "Please remember to bring your umbrella tomorrow.",
 ]
+
+
+async def test_finals_with_the_earlier_finals_forced_keep_only_their_own_words(start_server):
+    """``captions_force_context`` through the real path: later finals hear the earlier ones forced (the session's
+    stats count them; a budget no CPU of ours misses, so every later final may hear its predecessors) and write
+    only their own sentence: each sentence's distinctive word appears once over all finals, and the text as a
+    whole stays within a WER bound."""
+    server = await start_server(captions_force_context=True, captions_final_budget_ms=3000)
+    clip, spans = speech_clip(SENTENCES, gap_s=1.0, sample_rate=48000)
+    peer = await stream(server, clip)
+    try:
+        await peer.wait_for("caption.final", lambda e: e["audio_end_ms"] / 1000 > spans[-1][0], timeout=30)
+        finals = [e["text"] for e in peer.events if e["type"] == "caption.final" and e["text"].strip()]
+        stats = (await peer.session_info())["app_stats"]
+        assert stats["forced_context_finals"] >= 1, stats
+        words = normalize_text(" ".join(finals)).split()
+        assert all(words.count(w) == 1 for w in ("weather", "umbrella", "river")), finals
+        assert wer(" ".join(SENTENCES), " ".join(finals)) <= 0.15, finals
+    finally:
+        await peer.close()

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     clips = build(root)
     wanted = {name.strip() for name in args.only.split(",") if name.strip()} if args.only else None
     options = config_options(args.option)
-    asr = WhisperEngine(cache_dir=Settings().cache_dir, parallel=1)
+    asr = WhisperEngine(args.asr_model, cache_dir=Settings().cache_dir, parallel=1)
     asr.load(lambda message: None)
     vad = SileroVad()
     vad.load(lambda message: None)
@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{clip.name}: WER {100 * score:.1f} % ({len(finals)} finals)", flush=True)
     overall = round(errors / words, 4) if words else None
     print(f"overall {100 * (overall or 0):.2f} %")
-    return {"benchmark": "captions finals in virtual time", "opus": args.opus, "clock": "wall" if args.wall else
+    return {"benchmark": "captions finals in virtual time", "asr_model": args.asr_model or "base (packaged)",
+            "opus": args.opus, "clock": "wall" if args.wall else
             {"beam_5_s": BEAM_COST_S, "greedy_s": GREEDY_COST_S}, "options": options,
             "overall_wer": overall, "clips": rows,
             "seconds": round(time.monotonic() - started, 1)}
@@ -183,6 +184,8 @@ def main() -> None:
     parser.add_argument("--wall", action="store_true", help="the transcriber's clock is the real one")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a TranscriberConfig field for the A/B (repeatable), e.g. force_context=true")
+    parser.add_argument("--asr-model", default="", metavar="DIR",
+                        help="a CTranslate2 Whisper folder instead of the packaged base (e.g. tiny.en)")
     parser.add_argument("--out", default="", help="write the JSON results here")
     args = parser.parse_args()
     result = run(args)

@@ -71,6 +71,7 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
     """
     from rtc_agent.apps.interpret.deliverable import listen_options
     from rtc_agent.engines import st
+    from rtc_agent.engines.asr import english_only
     from rtc_agent.engines.llm import EMBEDDED_NAMES
     from rtc_agent.engines.llm.packaged import embedded_model_name, offers_tools_by_default
 
@@ -78,8 +79,7 @@ def capabilities(settings: Any, capacity: dict[str, Any] | None = None) -> dict[
         value = (getattr(settings, f"{name}_engine", "embedded") or "embedded").strip().lower()
         return "embedded" if value in ("embedded", *EMBEDDED_NAMES) else "remote"
 
-    asr_model = (settings.asr_model or "").strip().lower()
-    english_asr = kind("asr") == "embedded" and (asr_model.endswith(".en") or asr_model.endswith("-en"))
+    english_asr = english_only(settings)
     sources = ["en"] if english_asr else list(PAGE_LANGUAGES)
     try:
         english_st = st.english_only(settings)

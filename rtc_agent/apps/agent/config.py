@@ -91,7 +91,7 @@ def validate_agent_config(config: dict[str, Any], settings: Any) -> dict[str, An
            "barge_in_min_ms": getattr(settings, "agent_barge_in_min_ms", DEFAULTS["barge_in_min_ms"]), **config}
     if settings.asr_language != "auto" and "language" not in config:
         out["language"] = settings.asr_language
-    out["language"] = check_language(out["language"])
+    out["language"] = check_language(out["language"], settings)
     _check(out, "instructions", (str,))
     _check(out, "max_tokens", (int,), 1, 4096)
     _check(out, "max_tool_rounds", (int,), 0, 10)

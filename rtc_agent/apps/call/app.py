@@ -148,7 +148,7 @@ class CallApp(App):
             raise InvalidRequest(f"unknown call config keys: {show_keys(unknown)}", code="invalid_config")
         if "room" not in config:
             raise InvalidRequest("a call needs a 'room' name", code="invalid_config")
-        language = check_language(config.get("language", "auto"))
+        language = check_language(config.get("language", "auto"), settings)
         mode, role = sfu.check_mode(config)
         out = {
             "room": check_room_name(config["room"]),
@@ -241,7 +241,7 @@ class CallApp(App):
         # validate everything first: a refused update changes nothing
         new = {key: _flag(update, key, True) for key in FLAGS if key in update}
         new.update({key: _flag(update, key, False) for key in MUTES if key in update})
-        language = check_language(update["language"]) if "language" in update else p.language
+        language = check_language(update["language"], self.ctx.settings) if "language" in update else p.language
         listen = _listen(update["listen_language"]) if "listen_language" in update else p.listen_language
         if "language" in update or "listen_language" in update:
             check_listen(self.ctx.settings, listen, language)

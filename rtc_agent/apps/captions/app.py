@@ -26,6 +26,7 @@ from rtc_agent.apps.captions.transcriber_config import apply_plan, transcriber_c
 from rtc_agent.apps.limits import show, show_keys
 from rtc_agent.apps.vision_commentary import VisionCommentary, validate_commentary_config
 from rtc_agent.apps.voice_activity import VoiceActivity
+from rtc_agent.engines.asr import english_only
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError, InvalidRequest
 from rtc_agent.protocol import ClientEvent, ServerEvent, error_event
@@ -50,10 +51,15 @@ LANGUAGE_CODES = frozenset([  # the languages Whisper knows
 ])
 
 
-def check_language(value: Any) -> str:
+def check_language(value: Any, settings: Any = None) -> str:
+    """A spoken ``language`` a session asks for: ``auto`` or a Whisper code; with ``settings`` whose recognizer is
+    English-only (``asr_model = "tiny.en"``), ``en`` or ``auto`` alone."""
     if not isinstance(value, str) or (value != "auto" and value not in LANGUAGE_CODES):
         raise InvalidRequest(f"language must be 'auto' or a Whisper language code such as 'en', got {show(value)}",
                              code="invalid_config")
+    if settings is not None and value not in ("auto", "en") and english_only(settings):
+        raise InvalidRequest(f"this server's speech recognizer ({settings.asr_model}) is English-only: language "
+                             f"must be 'en' or 'auto', got {show(value)}", code="invalid_config")
     return value
 
 
@@ -139,7 +145,7 @@ class CaptionsApp(App):
         if unknown:
             raise InvalidRequest(f"unknown captions config keys: {show_keys(unknown)}", code="invalid_config")
         out = {
-            "language": check_language(config.get("language", settings.asr_language)),
+            "language": check_language(config.get("language", settings.asr_language), settings),
             "language_prior": language_prior(config.get("language_prior")),
             "vad_threshold": config.get("vad_threshold", settings.vad_threshold),
             "vad_min_silence_ms": config.get("vad_min_silence_ms", settings.vad_min_silence_ms),
@@ -215,7 +221,7 @@ class CaptionsApp(App):
             if not isinstance(update, dict):
                 raise InvalidRequest("session.update needs an object of settings", code="invalid_config")
             if "language" in update or "language_prior" in update:
-                language = check_language(update.get("language", self.config["language"]))
+                language = check_language(update.get("language", self.config["language"]), self.ctx.settings)
                 prior = (language_prior(update["language_prior"]) if "language_prior" in update
                          else self.config["language_prior"])
                 self.config["language"], self.config["language_prior"] = language, prior

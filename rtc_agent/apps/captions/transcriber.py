@@ -102,9 +102,7 @@ class StreamingTranscriber:
         self._error_reported = False
         self._engine_forces = False  # the engine forced a final's context once: partial contexts are safe
         # numbers for stats()
-        self.decodes = 0
-        self.final_decodes = 0
-        self.splits = 0
+        self.decodes = self.final_decodes = self.splits = self.forced_context_finals = 0
         self.decode_seconds = 0.0
 
     # --- state ---
@@ -371,6 +369,7 @@ class StreamingTranscriber:
         if final:
             if transcript is not None and context_ms:
                 self._engine_forces = self._engine_forces or transcript.context_forced
+                self.forced_context_finals += int(transcript.context_forced)
                 transcript = without_context(transcript, context_ms / 1000, context_text, context_speech_ms / 1000,
                                              VoicedAudio(audio).seconds)
             quiet = self._ending_at is not None or self._pause_at is not None  # else speech resumed while it ran
@@ -390,6 +389,7 @@ class StreamingTranscriber:
             "decodes": self.decodes,
             "final_decodes": self.final_decodes,
             "splits": self.splits,
+            "forced_context_finals": self.forced_context_finals,
             "mean_decode_ms": round(1000 * self.decode_seconds / self.decodes, 1) if self.decodes else None,
             "dropped_results": self.writer.dropped_results,
             "repeats_dropped": self.writer.repeats_dropped,

