@@ -184,8 +184,8 @@ def main() -> None:
     parser.add_argument("--wall", action="store_true", help="the transcriber's clock is the real one")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a TranscriberConfig field for the A/B (repeatable), e.g. force_context=true")
-    parser.add_argument("--asr-model", default="", metavar="DIR",
-                        help="a CTranslate2 Whisper folder instead of the packaged base (e.g. tiny.en)")
+    parser.add_argument("--asr-model", default="", metavar="MODEL",
+                        help="instead of the packaged base: tiny.en (packaged) or a CTranslate2 Whisper folder")
     parser.add_argument("--out", default="", help="write the JSON results here")
     args = parser.parse_args()
     result = run(args)

