@@ -126,8 +126,9 @@ def resolve_model(name: str, cache_dir: Path, progress: Callable[[str], None]) -
     folder path; or a faster-whisper name that is already in the Hugging Face cache (never downloaded here)."""
     if not name:
         return str(packaged_base_model(cache_dir, progress))
-    if name.strip().lower() in PACKAGED_MODELS:
-        return str(package_file(*PACKAGED_MODELS[name.strip().lower()]))
+    packaged = PACKAGED_MODELS.get(name.strip().lower())
+    if packaged is not None:
+        return str(package_file(*packaged))
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     from faster_whisper.utils import download_model
