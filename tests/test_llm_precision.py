@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from rtc_agent.engines.llm import CancelToken, ChatRequest  # noqa: E402
 from rtc_agent.engines.llm.precision import (  # noqa: E402
+    HEAD_RESCORE_TOP,
     INT4_GROUP,
     QUANT_ROWS,
     finish_precision,
@@ -90,11 +91,13 @@ def test_int4_layers_reproduce_weights_on_a_4_bit_grid() -> None:
 
 
 @pytest.mark.skipif(not HAS_INT4, reason="this CPU has no native bf16 or torch no int4 weight-only kernel")
-def test_int4_model_keeps_the_head_int8_and_tracks_the_dense_model() -> None:
+def test_int4_model_rescores_the_head_and_tracks_the_dense_model() -> None:
     dense = tiny_llama()
     quant = finish_precision(tiny_llama(), "int4", torch)
     kinds = [m.bits for m in quant.modules() if type(m).__name__ == "DecodeQuantLinear"]
-    assert kinds.count(4) == 2 * 7 and kinds.count(8) == 1  # the tied output head stays int8
+    assert kinds.count(4) == 2 * 7 + 1 and kinds.count(8) == 0  # the tied output head too, rescored
+    assert quant.lm_head.rescore == HEAD_RESCORE_TOP
+    assert all(m.rescore == 0 for m in quant.model.modules() if type(m).__name__ == "DecodeQuantLinear")
     assert quant.lm_head.weight is quant.model.embed_tokens.weight
     with torch.inference_mode():
         prompt = torch.randint(0, 512, (1, QUANT_ROWS["int4"] + 8))  # long prompt: the dense bf16 path
@@ -105,6 +108,28 @@ def test_int4_model_keeps_the_head_int8_and_tracks_the_dense_model() -> None:
         a = dense(input_ids=step).logits.float()
         b = quant(input_ids=step).logits.float()
     assert float((a - b).norm() / a.norm()) < 0.2
+
+
+@pytest.mark.skipif(not HAS_INT4, reason="this CPU has no native bf16 or torch no int4 weight-only kernel")
+def test_int4_head_picks_the_dense_heads_best_tokens() -> None:
+    """The output head's int4 product only chooses the candidates: each row's best tokens carry the dense
+    weights' logits, so a greedy step picks the dense head's token, over many inputs; the others stay close."""
+    torch.manual_seed(2)
+    vocab, hidden = 4096, 128
+    head = torch.nn.Linear(hidden, vocab, bias=False)
+    holder = torch.nn.Sequential(head)
+    assert quantize_decode_linears(holder, torch, "int4") == {"int4": 1, "int8": 0}
+    layer = holder[0]
+    layer.rescore = HEAD_RESCORE_TOP  # as quantize_decode_linears sets it on a model's output head
+    x = torch.randn(64, 3, hidden)  # 64 steps of three rows
+    exact = x @ head.weight.t()
+    with torch.inference_mode():
+        got = torch.cat([layer(step) for step in x])
+    exact = exact.reshape(got.shape)
+    assert torch.equal(got.argmax(-1), exact.argmax(-1))
+    top = exact.topk(5, dim=-1).indices
+    assert torch.allclose(got.gather(1, top), exact.gather(1, top), atol=1e-4)
+    assert float((got - exact).norm() / exact.norm()) < 0.1
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "int4"])
