@@ -10,18 +10,19 @@ from rtc_agent.bench.common import speech_summary
 def test_speech_summary_counts_what_the_voice_spoke_skipped_and_dropped() -> None:
     events = [
         {"type": "caption.translation", "lag_ms": 2000, "audio_end_ms": 3000},
-        {"type": "translation.speech.started", "utterance_id": "u1"},
+        {"type": "translation.speech.started", "utterance_id": "u1", "engine": "tts-kokoro"},
         {"type": "translation.speech.done", "utterance_id": "u1"},
         {"type": "caption.translation", "lag_ms": 2100, "audio_end_ms": 7000},
         {"type": "translation.speech.catchup", "action": "speed", "lag_ms": 3500},
         {"type": "translation.speech.catchup", "action": "skip", "lag_ms": 7200},
         {"type": "translation.speech.catchup", "action": "drop", "lag_ms": 9100},
         {"type": "translation.speech.catchup", "action": "fallback", "lag_ms": 6500},
-        {"type": "translation.speech.started", "utterance_id": "u2"},
+        {"type": "translation.speech.started", "utterance_id": "u2", "engine": "tts-espeak"},
         {"type": "translation.speech.done", "utterance_id": "u2", "cleared": True},
     ]
     assert speech_summary(events) == {"translations": 2, "started": 2, "done": 1, "skipped": 1, "fallback": 1,
-                                      "dropped": 1, "max_catchup_lag_s": 9.1}
+                                      "dropped": 1, "max_catchup_lag_s": 9.1,
+                                      "engines": {"tts-kokoro": 1, "tts-espeak": 1}}
     assert speech_summary([])["max_catchup_lag_s"] == 0
 
 

@@ -92,10 +92,13 @@ async def test_english_and_spanish_speakers_each_get_the_other_in_their_own_lang
     assert share_of(spanish_texts, SPANISH_WORDS) >= 0.15, spanish_texts
     assert share_of(spanish_texts, SPANISH_WORDS) > share_of(spanish_texts, ENGLISH_WORDS - {"a"}), spanish_texts
     assert speech_rms(sofia) > 0.005  # Kokoro's Spanish on Sofia's track
+    # the call's one neural-voice language holds Kokoro (tts_neural_voices: at least one on any machine)
+    assert {e["engine"] for e in sofia.events if e["type"] == "translation.speech.started"} == {"tts-kokoro"}
 
     to_english = [e["text"] for e in ben.events if e["type"] == "translation.chunk" and e["action"] == "EMIT"]
     assert share_of(to_english, ENGLISH_WORDS) >= 0.1, to_english
     assert speech_rms(ben) > 0.005  # Piper's English on Ben's track
+    assert {e["engine"] for e in ben.events if e["type"] == "translation.speech.started"} == {"tts"}
     assert not [e for e in ben.events + sofia.events if e["type"] == "error"]
 
 

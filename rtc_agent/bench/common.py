@@ -195,11 +195,15 @@ def wer(reference: str, hypothesis: str) -> float:
 def speech_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     """What one listener's interpreter voice did, from its events: translations it was sent, texts it started
     speaking and finished, texts skipped to catch up (``translation.speech.catchup`` ``skip``), spoken by the
-    catch-up voice instead (``fallback``) or dropped untranslated (``drop``), and the largest lag a catch-up reported
-    (s)."""
+    catch-up voice instead (``fallback``) or dropped untranslated (``drop``), the largest lag a catch-up reported
+    (s), and the texts each voice engine started (``engines``)."""
     catchups = [e for e in events if e["type"] == "translation.speech.catchup"]
+    started = [e for e in events if e["type"] == "translation.speech.started"]
+    engines: dict[str, int] = {}
+    for event in started:
+        engines[str(event.get("engine"))] = engines.get(str(event.get("engine")), 0) + 1
     return {"translations": sum(1 for e in events if e["type"] == "caption.translation"),
-            "started": sum(1 for e in events if e["type"] == "translation.speech.started"),
+            "started": len(started), "engines": engines,
             "done": sum(1 for e in events if e["type"] == "translation.speech.done" and not e.get("cleared")),
             "skipped": sum(1 for e in catchups if e.get("action") == "skip"),
             "fallback": sum(1 for e in catchups if e.get("action") == "fallback"),

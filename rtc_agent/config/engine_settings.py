@@ -160,6 +160,10 @@ class EngineSettings:
                                         "best voices.", "engines")
     kokoro_threads: int = _opt(0, "CPU threads of the Kokoro voice (0 = auto: half the cores, at least 1).",
                                "engines")
+    tts_neural_voices: int = _opt(0, "Interpretation languages the server speaks with the neural voice (Kokoro) at "
+                                     "once, over all rooms; a language past them is spoken by the espeak-ng voice "
+                                     "from its first text until the room's interpretation into it stops (0 = auto: "
+                                     "one per two CPU cores, at least 1; 64 = every language).", "engines")
     kokoro_weight_bits: int = _opt(0, "Weights of the Kokoro voice: 8 (the packaged int8 model), 7 (a copy made "
                                       "once, for x86 CPUs without VNNI, whose 8-bit products saturate and garble "
                                       "the voice), or 0 = auto: 7 on such CPUs, else 8.", "engines")

@@ -87,13 +87,14 @@ class TranslationSpeaker:
     - ``speaker`` / ``language``: set on every speech event (app ``call``: whose interpretation, into what).
     - ``fallback``: the synthesizer that speaks a piece its voice would speak too late (see the module docstring;
       None: pieces past ``skip_lag_ms`` are skipped).
+    - ``on_stop``: called once by :meth:`stop` (e.g. to give back the voice's slot).
     """
 
     def __init__(self, sink: SpeechSink, synthesizer: SpeechSynthesizer, emit: Callable[[ServerEvent], None],
                  now_ms: Callable[[], int], *, max_lag_ms: int = 3000, skip_lag_ms: int | None = None,
                  max_speed: float = 1.6, max_ahead_ms: int = 15_000, max_pieces: int = 64,
                  speaker: dict[str, str] | None = None, language: str | None = None,
-                 fallback: SpeechSynthesizer | None = None) -> None:
+                 fallback: SpeechSynthesizer | None = None, on_stop: Callable[[], None] | None = None) -> None:
         if max_lag_ms < 0:
             raise ValueError("max_lag_ms must be >= 0")
         if not 1.0 <= max_speed <= 4.0:
@@ -101,6 +102,7 @@ class TranslationSpeaker:
         self.sink = sink
         self.synthesizer = synthesizer
         self.fallback = fallback
+        self._on_stop = on_stop
         self.emit = emit
         self.now_ms = now_ms
         self.max_lag_ms = max_lag_ms
@@ -175,6 +177,13 @@ class TranslationSpeaker:
                                            audio_end_ms=piece.source_end_ms, speaker=self.speaker,
                                            segment_id=piece.segment_id))
 
+    def stop(self) -> None:
+        """Say nothing more (the text waiting is dropped with its task) and call ``on_stop`` once."""
+        self.enabled = False
+        on_stop, self._on_stop = self._on_stop, None
+        if on_stop is not None:
+            on_stop()
+
     # --- the task -------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -246,9 +255,10 @@ class TranslationSpeaker:
                             waited = self._synthesis_at - asked
                             self._synthesis_ms = waited if not self._synthesis_ms else \
                                 (self._synthesis_ms + waited) / 2
+                        voice = getattr(synthesizer or self.synthesizer, "engine", None)
                         self.emit(TranslationSpeechStarted(utterance_id=first, starts_in_ms=ahead, text=text,
                                                            language=self.language, segment_id=segment_id,
-                                                           speaker=self.speaker))
+                                                           speaker=self.speaker, engine=voice))
                     duration = int(synthesis.duration_s * 1000)
                     self._playing.append((handle, duration))
                     self.spoken_ms += duration
@@ -278,4 +288,4 @@ class TranslationSpeaker:
         return {"spoken": self.spoken, "spoken_ms": self.spoken_ms, "skipped": self.skipped,
                 "skipped_chars": self.skipped_chars, "fallbacks": self.fallbacks, "speed": self.speed,
                 "lag_ms": self.last_lag_ms, "queued_ms": self.queued_ms(), "errors": self.errors,
-                "enabled": self.enabled}
+                "enabled": self.enabled, "engine": getattr(self.synthesizer, "engine", None)}

@@ -25,7 +25,8 @@ from rtc_agent.engines.tts.espeak_phonemes import espeak_voice
 from rtc_agent.engines.tts.kokoro import DATA_PACKAGE, DEFAULT_VOICES, MODEL_PACKAGES, VOICE_NAMES
 
 __all__ = ["ENGINE_NAME", "KOKORO_ENGINE_NAME", "MULTILINGUAL_MODES", "engine_languages", "kokoro_installed",
-           "kokoro_threads", "kokoro_voices", "multilingual_mode", "pairs", "speech_languages", "voice_for"]
+           "kokoro_threads", "kokoro_voices", "multilingual_mode", "neural_voices", "pairs", "speech_languages",
+           "voice_for"]
 
 ENGINE_NAME = "tts"
 KOKORO_ENGINE_NAME = "tts-kokoro"
@@ -92,13 +93,24 @@ def kokoro_threads(settings: Any) -> int:
     configured = int(_setting(settings, "kokoro_threads", 0))
     if configured < 0:
         raise SettingsError(f"kokoro_threads must be >= 0, got {configured}")
-    if configured:
-        return configured
+    return configured or max(1, _usable_cores() // 2)
+
+
+def neural_voices(settings: Any) -> int:
+    """``tts_neural_voices``, with 0 meaning one per two usable cores (at least 1): Kokoro synthesizes one text
+    at a time, a sentence in 0.35-0.64 of its length on one thread of a 2-core machine, so beside recognition and
+    translation such a machine keeps one language's voice in time, not three (README, SFU rooms)."""
+    configured = int(_setting(settings, "tts_neural_voices", 0))
+    if configured < 0:
+        raise SettingsError(f"tts_neural_voices must be >= 0, got {configured}")
+    return configured or max(1, _usable_cores() // 2)
+
+
+def _usable_cores() -> int:
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 2
-    return max(1, cores // 2)
+        return os.cpu_count() or 2
 
 
 def speech_languages(settings: Any) -> dict[str, str]:

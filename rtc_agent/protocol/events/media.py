@@ -179,7 +179,8 @@ class TranslationSpeechStarted(ServerEvent):
     """Spoken interpretation of one text is queued on this session's audio track: it starts playing after
     ``starts_in_ms`` of speech already queued ahead of it (``utterance_id`` matches the first
     ``output_audio_buffer.started`` of it). Pages duck the original voice of ``speaker`` from then until
-    ``translation.speech.done``."""
+    ``translation.speech.done``. ``engine``: the worker engine whose voice speaks it (``tts``: the configured
+    voice, ``tts-kokoro``, ``tts-espeak``)."""
 
     type: Literal["translation.speech.started"] = "translation.speech.started"
     utterance_id: str
@@ -188,6 +189,7 @@ class TranslationSpeechStarted(ServerEvent):
     language: str | None = None
     segment_id: str | None = None
     speaker: dict[str, str] | None = None
+    engine: str | None = None
 
 
 class TranslationSpeechDone(ServerEvent):
