@@ -16,10 +16,11 @@ Precisions (``--llm-precision``):
   on the grid), so int4 reproduces its weights up to the bfloat16 rounding of the scales. Layers whose shape the
   kernel does not take (outputs not a multiple of 16, inputs not of 32) get int8. The output head (tied to the
   token embedding, which is not on a 4-bit grid) gets int4 with a rescore: the ``HEAD_RESCORE_TOP`` best tokens
-  of the int4 product are computed again from the dense weights, so the token a greedy step picks is the dense
-  head's (the rest of the row keeps the int4 estimate). It is the largest matrix of a small model (Qwen2.5-0.5B:
-  151936x896): one step's head took 8.8 ms in int8 against 4.3 ms so (one row; 12.9 against 6.6 ms for three, 2
-  threads, AMD EPYC with AVX-512), and a translation 10-20 % less time at the same chrF (README).
+  of the int4 product are computed again from the dense weights, so a greedy step picks the dense head's token
+  whenever it is among them (the rest of the row keeps the int4 estimate, which sampling reads). It is the largest
+  matrix of a small model (Qwen2.5-0.5B: 151936x896): one step's head took 9.2 ms in int8 against 4.4 ms so (one
+  row; 12.5 against 7.3 ms for three; 2 threads, AMD EPYC with AVX-512), and a translation 10-20 % less time at
+  the same chrF (README).
 - ``auto``: ``int4`` where torch has both kernels, ``int8`` where it has only the int8 one (on a CPU with native
   bf16), else ``float32``.
 
