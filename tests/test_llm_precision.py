@@ -116,7 +116,7 @@ def test_int4_head_picks_the_dense_heads_best_tokens() -> None:
     weights' logits, so a greedy step picks the dense head's token, over many inputs; the others stay close."""
     torch.manual_seed(2)
     vocab, hidden = 4096, 128
-    head = torch.nn.Linear(hidden, vocab, bias=False)
+    head = torch.nn.Linear(hidden, vocab, bias=False).requires_grad_(False)
     holder = torch.nn.Sequential(head)
     assert quantize_decode_linears(holder, torch, "int4") == {"int4": 1, "int8": 0}
     layer = holder[0]
