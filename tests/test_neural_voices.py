@@ -33,9 +33,9 @@ def test_slots_are_held_per_language_and_come_free_with_the_last_pair() -> None:
 
 
 def test_the_setting_sizes_the_slots_and_auto_follows_the_cores(monkeypatch) -> None:
-    monkeypatch.setattr(languages, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(languages, "usable_cores", lambda: 2)
     assert languages.neural_voices(Settings()) == 1  # auto on 2 cores
-    monkeypatch.setattr(languages, "_usable_cores", lambda: 16)
+    monkeypatch.setattr(languages, "usable_cores", lambda: 16)
     assert languages.neural_voices(Settings()) == 8
     assert languages.neural_voices(dataclasses.replace(Settings(), tts_neural_voices=3)) == 3
     for bad in (-1, 65):

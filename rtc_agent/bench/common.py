@@ -15,6 +15,7 @@ import socket
 import sys
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -199,11 +200,8 @@ def speech_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
     (s), and the texts each voice engine started (``engines``)."""
     catchups = [e for e in events if e["type"] == "translation.speech.catchup"]
     started = [e for e in events if e["type"] == "translation.speech.started"]
-    engines: dict[str, int] = {}
-    for event in started:
-        engines[str(event.get("engine"))] = engines.get(str(event.get("engine")), 0) + 1
     return {"translations": sum(1 for e in events if e["type"] == "caption.translation"),
-            "started": len(started), "engines": engines,
+            "started": len(started), "engines": dict(Counter(str(e.get("engine")) for e in started)),
             "done": sum(1 for e in events if e["type"] == "translation.speech.done" and not e.get("cleared")),
             "skipped": sum(1 for e in catchups if e.get("action") == "skip"),
             "fallback": sum(1 for e in catchups if e.get("action") == "fallback"),

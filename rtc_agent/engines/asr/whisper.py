@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from rtc_agent.engines.asr.long_audio import WINDOW_S, DecodedWindow, LongAudio
 from rtc_agent.engines.asr.repetition import compression_ratio
 from rtc_agent.engines.asr.whisper_tokens import context_tokens, split_segments
 from rtc_agent.engines.assets import MissingAsset, assemble, package_file
+from rtc_agent.engines.cpu import usable_cores
 from rtc_agent.worker.speed import ServiceLog, ServiceSample
 
 log = logging.getLogger(__name__)
@@ -100,11 +100,7 @@ def decode_threads(configured: int = 0) -> int:
     """
     if configured > 0:
         return configured
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 2
-    return max(1, cores // PARALLEL_DECODES)
+    return max(1, usable_cores() // PARALLEL_DECODES)
 
 
 def packaged_base_model(cache_dir: Path, progress: Callable[[str], None]) -> Path:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import shutil
 from typing import Any
 
 from rtc_agent.config import SettingsError
+from rtc_agent.engines.cpu import usable_cores
 from rtc_agent.engines.tts.base import language_code
 from rtc_agent.engines.tts.espeak_phonemes import espeak_voice
 from rtc_agent.engines.tts.kokoro import DATA_PACKAGE, DEFAULT_VOICES, MODEL_PACKAGES, VOICE_NAMES
@@ -93,7 +93,7 @@ def kokoro_threads(settings: Any) -> int:
     configured = int(_setting(settings, "kokoro_threads", 0))
     if configured < 0:
         raise SettingsError(f"kokoro_threads must be >= 0, got {configured}")
-    return configured or max(1, _usable_cores() // 2)
+    return configured or max(1, usable_cores() // 2)
 
 
 def neural_voices(settings: Any) -> int:
@@ -103,14 +103,8 @@ def neural_voices(settings: Any) -> int:
     configured = int(_setting(settings, "tts_neural_voices", 0))
     if configured < 0:
         raise SettingsError(f"tts_neural_voices must be >= 0, got {configured}")
-    return configured or max(1, _usable_cores() // 2)
+    return configured or max(1, usable_cores() // 2)
 
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 2
 
 
 def speech_languages(settings: Any) -> dict[str, str]:
