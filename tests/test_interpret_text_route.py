@@ -14,7 +14,7 @@ import pytest
 from rtc_agent.apps.interpret import InterpretApp, deliverable
 from rtc_agent.apps.interpret.text_route import FinalsTranslator
 from rtc_agent.engines.asr.base import Segment, TranscribeRequest, Transcript
-from rtc_agent.errors import InvalidRequest
+from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.protocol.events import CaptionFinal, SessionUpdate
 from rtc_agent.rtc.speech_output import SpeechOutput
 from rtc_agent.worker import Worker
@@ -162,3 +162,44 @@ async def test_the_context_grows_final_by_final_and_is_cut_back_to_the_newest() 
     assert contexts[5] == (("line 3", "[es] line 3"), ("line 4", "[es] line 4"))  # the newest, in order
     for earlier, later in itertools.pairwise(contexts[5:8]):
         assert later[:len(earlier)] == earlier  # the next context extends this one
+    assert not mt_engine.primed  # a final was always waiting: its translation computes the cut context anyway
+
+
+async def translate_one_by_one(mt_engine: ScriptedMT, lines: int, events: list[Any]) -> FinalsTranslator:
+    """Like :func:`translate_lines`, but each final is pushed once the previous one is translated (a speaker who
+    pauses between sentences)."""
+    worker = Worker()
+    register(worker, "mt", mt_engine)
+    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, source_language="en")
+    task = asyncio.ensure_future(translator.run())
+    try:
+        for i in range(lines):
+            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
+                                         audio_end_ms=i * 1000 + 900, language="en"))
+            await asyncio.wait_for(translator.drained(), 10)
+    finally:
+        task.cancel()
+        await worker.close()
+    return translator
+
+
+async def test_after_a_cut_the_engine_computes_the_cut_context_before_the_next_final() -> None:
+    """The prompt after a cut starts with no earlier prompt; with no final waiting, the translator has the engine
+    compute it at once (a ContextPrimeRequest of exactly the next request's context), after the translation."""
+    mt_engine, events = ScriptedMT(), []
+    translator = await translate_one_by_one(mt_engine, 9, events)
+    contexts = [r.context for r in mt_engine.requests]
+    assert [len(c) for c in contexts] == [0, 1, 2, 3, 4, 2, 3, 4, 2]
+    assert [(p.source, p.target, p.context) for p in mt_engine.primed] == [
+        ("en", "es", contexts[5]), ("en", "es", contexts[8])]
+    assert mt_engine.calls == ["translate"] * 5 + ["prime"] + ["translate"] * 3 + ["prime", "translate"]
+    assert translator.stats()["primes"] == 2 and translator.stats()["errors"] == 0
+    assert [e.type for e in events] == ["translation.chunk"] * 9
+
+
+async def test_a_failed_prime_costs_no_translation_and_tells_no_listener() -> None:
+    mt_engine, events = ScriptedMT(), []
+    mt_engine.prime_error = EngineError("the model went away", code="engine_error")
+    translator = await translate_one_by_one(mt_engine, 6, events)
+    assert len(mt_engine.primed) == 1 and translator.stats()["primes"] == 0
+    assert [e.type for e in events] == ["translation.chunk"] * 6 and translator.stats()["errors"] == 0

@@ -18,8 +18,9 @@ from rtc_agent.config import Settings, SettingsError
 from rtc_agent.config.validation import validate
 from rtc_agent.engines import mt
 from rtc_agent.engines.llm import CancelToken, ChatJob, ChatRequest, ChatResult
-from rtc_agent.engines.mt import ChatTranslationEngine, TextTranslateRequest
-from rtc_agent.errors import EngineError
+from rtc_agent.engines.mt import ChatTranslationEngine, ContextPrimeRequest, TextTranslateRequest, TextTranslation
+from rtc_agent.engines.mt.chat import context_messages, translation_messages
+from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.protocol.events import CaptionFinal
 from rtc_agent.worker import EngineSpec, Worker
 from tests.fakes import ScriptedChat
@@ -113,6 +114,50 @@ def test_a_failed_batch_fails_each_request_and_a_chat_without_batches_goes_one_b
     plain = ScriptedChat("Buenos días.", "Guten Morgen.")  # no generate_many: one chat call per translation
     results = ChatTranslationEngine(plain, kind="openai").run_batch([request("es"), request("de")])
     assert [r.text for r in results] == ["Buenos días.", "Guten Morgen."] and len(plain.requests) == 2
+
+
+class KeepingChat(BatchingChat):
+    """A :class:`BatchingChat` that says it keeps computed prompts (the embedded LLM's ``prefix_cache``) and
+    records every ``generate_many`` call's requests."""
+
+    prefix_cache = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[ChatRequest]] = []
+
+    def generate_many(self, requests, cancel=None, on_result=None):  # type: ignore[no-untyped-def]
+        self.calls.append(list(requests))
+        return super().generate_many(requests, cancel, on_result)
+
+
+CONTEXT = (("Good morning.", "Buenos días."), ("See you soon.", "Hasta pronto."))
+
+
+def test_a_context_prime_reads_the_next_prompts_start_after_the_translations() -> None:
+    """Primes in a batch go after its translations, as one-token chat calls of exactly what the next translation
+    with that context starts with (its messages without the text); an engine that keeps nothing answers False."""
+    chat = KeepingChat()
+    engine = ChatTranslationEngine(chat, kind="embedded")
+    primes = [ContextPrimeRequest("en", "es", CONTEXT), ContextPrimeRequest("en", "de", CONTEXT[:1])]
+    out = engine.run_batch([primes[0], request("es"), primes[1], request("it")])
+    assert out[0] is True and out[2] is True
+    assert isinstance(out[1], TextTranslation) and out[1].text == "Buenos días." and out[3].text == "Buongiorno."
+    translations, primed = chat.calls
+    assert [r.messages[-1]["content"] for r in translations] == ["Good morning.", "Good morning."]
+    assert [r.max_tokens for r in primed] == [1, 1] and [list(r.messages) for r in primed] == [
+        context_messages(p) for p in primes]
+    following = TextTranslateRequest("Thank you.", "en", "es", CONTEXT)
+    assert translation_messages(following)[:-1] == list(primed[0].messages)
+    assert primed[0].messages[-1]["role"] == "assistant"
+    # no prefix cache (a remote model, a chat without batches): nothing to compute, nothing sent
+    for chat_engine in (BatchingChat(), ScriptedChat("unused")):
+        assert ChatTranslationEngine(chat_engine, kind="openai").run_batch(primes) == [False, False]
+        assert not getattr(chat_engine, "batches", []) and not chat_engine.requests
+    with pytest.raises(InvalidRequest):
+        ContextPrimeRequest("en", "xx", CONTEXT)
+    with pytest.raises(InvalidRequest):
+        ContextPrimeRequest("en", "es", (("only one",),))  # type: ignore[arg-type]
 
 
 def test_mt_max_batch_is_a_validated_setting_on_the_embedded_spec() -> None:

@@ -13,7 +13,9 @@ import pytest
 from rtc_agent.bench.translate import chrf
 from rtc_agent.config import Settings
 from rtc_agent.engines import llm, mt
-from rtc_agent.engines.mt import TextTranslateRequest
+from rtc_agent.engines.llm import ChatRequest
+from rtc_agent.engines.mt import ChatTranslationEngine, ContextPrimeRequest, TextTranslateRequest
+from rtc_agent.engines.mt.chat import context_messages
 from rtc_agent.worker import Worker
 from tests.test_worker import wait_until
 
@@ -39,4 +41,40 @@ async def test_three_languages_at_once_are_one_batch_and_match_one_at_a_time() -
         await worker.close()
     texts, references = [r.text for r in together], [r.text for r in alone]
     assert all(text and text.lower() != SENTENCE.lower() for text in texts), texts
+    assert chrf(texts, references) >= 60.0, (texts, references)
+
+
+CONTEXTS = {"es": (("The meeting starts at ten.", "La reunión empieza a las diez."),
+                   ("Please bring the report.", "Por favor, trae el informe.")),
+            "de": (("The meeting starts at ten.", "Die Besprechung beginnt um zehn."),
+                   ("Please bring the report.", "Bitte bring den Bericht mit.")),
+            "it": (("The meeting starts at ten.", "La riunione inizia alle dieci."),
+                   ("Please bring the report.", "Per favore, porta il rapporto."))}
+NEXT = "We will discuss the budget after lunch."
+
+
+def test_a_primed_context_is_not_computed_again_and_changes_no_translation() -> None:
+    """After ContextPrimeRequests (what a call room sends after cutting its context back), the next translations
+    with those contexts take the primed prompts' keys and values from the row cache (each row computes little more
+    than its own text) and come out as they do computed whole."""
+    chat = llm.engine_spec(dataclasses.replace(Settings(), mt_engine="embedded")).factory()
+    chat.load(lambda message: None)
+    engine = ChatTranslationEngine(chat, kind="embedded")
+    try:
+        following = [TextTranslateRequest(NEXT, "en", t, CONTEXTS[t]) for t in TARGETS]
+        whole = engine.run_batch(following)
+        chat.rows.clear()
+        primes = [ContextPrimeRequest("en", t, CONTEXTS[t]) for t in TARGETS]
+        assert engine.run_batch(primes) == [True, True, True]
+        seeded = chat.rows.seeded_tokens
+        primed = engine.run_batch(following)
+        seeded = chat.rows.seeded_tokens - seeded
+        context_tokens = [len(chat._prompt(ChatRequest(messages=context_messages(p), max_tokens=1))[0])
+                          for p in primes]
+    finally:
+        chat.close()
+    # every row starts after its primed context, less the few tokens where the prime's reply header differs
+    assert seeded >= 3 * (min(context_tokens) - 4), (seeded, context_tokens)
+    texts, references = [r.text for r in primed], [r.text for r in whole]
+    assert all(text and text.lower() != NEXT.lower() for text in texts), texts
     assert chrf(texts, references) >= 60.0, (texts, references)

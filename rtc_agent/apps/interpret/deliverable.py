@@ -17,12 +17,12 @@ import logging
 from typing import Any
 
 from rtc_agent.engines import st
-from rtc_agent.engines.mt import TextTranslateRequest, translation_targets
+from rtc_agent.engines.mt import ContextPrimeRequest, TextTranslateRequest, translation_targets
 from rtc_agent.engines.tts import voice_for
 from rtc_agent.errors import InvalidRequest
 
-__all__ = ["ROUTE_SPEECH", "ROUTE_TEXT", "check_listen", "listen_options", "route_for", "text_request",
-           "voice_of"]
+__all__ = ["ROUTE_SPEECH", "ROUTE_TEXT", "check_listen", "listen_options", "prime_request", "route_for",
+           "text_request", "voice_of"]
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +120,9 @@ def text_request(text: str, source: str | None, target: str, context: list[tuple
     """The ``mt`` engine's request (``engines.mt.TextTranslateRequest``; ``source`` None: ``auto``; ``context``:
     recent ``(source, translation)`` pairs, oldest first)."""
     return TextTranslateRequest(text, source or "auto", target, tuple(context))
+
+
+def prime_request(source: str | None, target: str, context: list[tuple[str, str]]) -> Any:
+    """The ``mt`` engine's request to compute a conversation's next prompt start ahead of its text
+    (``engines.mt.ContextPrimeRequest``; arguments as :func:`text_request`'s)."""
+    return ContextPrimeRequest(source or "auto", target, tuple(context))

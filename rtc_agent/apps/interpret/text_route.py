@@ -1,19 +1,21 @@
 """The text route of interpretation: caption finals of the source speech, translated by the worker's ``mt`` engine.
 
 Where speech translation cannot produce a listener's language (the embedded Whisper translate task gives English
-only), the interpret app and the call rooms recognise the speech (the captions pipeline's finals) and translate
-each final's text (the cascade): :class:`FinalsTranslator` takes the finals in order, sends each as
+only), the interpret app and the call rooms recognise the speech (the captions pipeline's finals) and translate each
+final's text (the cascade): :class:`FinalsTranslator` takes the finals in order, sends each as
 ``TextTranslateRequest(text, source, target, context)`` (the context being the previous finals and their
 translations: it grows final by final up to ``CONTEXT_MAX_FINALS`` and is then cut back to the newest
 ``CONTEXT_FINALS``, so that while it grows each prompt is the previous one plus its translation and the new final,
 and the engine computes only that: the embedded LLM's row cache; a sliding window would change the prompt's start
-every time) and emits, for each, the ``translation.chunk`` the speech route sends (``EMIT`` with
-``source_text``); ``on_text`` gets every translation (to speak it, to file it as a ``caption.translation``).
+every time; after a cut, when no final waits, a ``ContextPrimeRequest`` has the engine compute the cut context while
+the speaker still talks, so the next final's translation does not) and emits, for each, the ``translation.chunk``
+the speech route sends (``EMIT`` with ``source_text``); ``on_text`` gets every translation (to speak it, to file it
+as a ``caption.translation``).
 
 Finals wait in a bounded queue (``max_pending``, the ``room_mt_backlog`` setting); past it the oldest is dropped,
-and so is any the owner sheds with :meth:`FinalsTranslator.drop_oldest` (a call room's muted speaker's first),
-each announced as ``translation.speech.catchup`` with ``action: "drop"``. A failed translation is logged and
-counted; the first one is sent as an ``error`` event, and the next final is translated as usual.
+and so is any the owner sheds with :meth:`FinalsTranslator.drop_oldest` (a call room's muted speaker's first), each
+announced as ``translation.speech.catchup`` with ``action: "drop"``. A failed translation is logged and counted; the
+first one is sent as an ``error`` event, and the next final is translated as usual.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtc_agent.apps.interpret.deliverable import text_request
+from rtc_agent.apps.interpret.deliverable import prime_request, text_request
 from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
@@ -90,6 +92,9 @@ class FinalsTranslator:
         self.last_lag_ms = 0
         self.last_latency_ms = 0.0
         self._in_flight = False
+        self._cut = False  # the last translation cut the context back
+        self._source = source_language  # the language of the last final translated
+        self.primes = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -142,6 +147,8 @@ class FinalsTranslator:
             self._in_flight = True
             try:
                 await self.translate(final)
+                if self._cut and not self.pending:  # (a waiting final's translation computes it anyway)
+                    await self._prime_quietly()
             except AgentError as exc:
                 self.errors += 1
                 log.warning("text interpretation into %s failed: %s", self.target, exc)
@@ -156,6 +163,7 @@ class FinalsTranslator:
         engine gave no text. Raises the worker's ``AgentError``."""
         source = final.text.strip()
         language = final.language or self.source_language
+        self._source = language
         target = self.target
         started = time.perf_counter()
         result = await self.worker.call(self.engine, text_request(source, language, target, list(self.context)),
@@ -164,7 +172,8 @@ class FinalsTranslator:
         if not text or target != self.target:  # nothing, or the listener changed language meanwhile
             return None
         self.context.append((source, text))
-        if len(self.context) > CONTEXT_MAX_FINALS:
+        self._cut = len(self.context) > CONTEXT_MAX_FINALS
+        if self._cut:
             del self.context[:-CONTEXT_FINALS]
         self.last_latency_ms = round((time.perf_counter() - started) * 1000, 1)
         self.last_lag_ms = max(0, self.now_ms() - final.audio_end_ms)
@@ -178,6 +187,23 @@ class FinalsTranslator:
             self.on_text(done)
         return done
 
+    async def prime(self) -> None:
+        """Have the engine compute the prompt the next translation starts with (its context, just cut back: no
+        prefix of any earlier prompt) now, while the speaker is still talking (``ContextPrimeRequest``). Raises
+        the worker's ``AgentError``."""
+        self._cut = False
+        await self.worker.call(self.engine, prime_request(self._source, self.target, list(self.context)),
+                               timeout=self.timeout_s)
+        self.primes += 1
+
+    async def _prime_quietly(self) -> None:
+        """:meth:`prime`; a failure is logged only (nothing a listener misses: the next translation computes it)."""
+        try:
+            await self.prime()
+        except AgentError as exc:
+            log.info("priming the translation context into %s failed: %s", self.target, exc)
+
     def stats(self) -> dict[str, Any]:
         return {"target": self.target, "texts": self.texts, "pending": len(self.pending), "dropped": self.dropped,
-                "errors": self.errors, "lag_ms": self.last_lag_ms, "latency_ms": self.last_latency_ms}
+                "errors": self.errors, "primes": self.primes, "lag_ms": self.last_lag_ms,
+                "latency_ms": self.last_latency_ms}

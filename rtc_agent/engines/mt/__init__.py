@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rtc_agent.config import SettingsError
-from rtc_agent.engines.mt.base import TextTranslateRequest, TextTranslation, TextTranslationEngine
+from rtc_agent.engines.mt.base import ContextPrimeRequest, TextTranslateRequest, TextTranslation, TextTranslationEngine
 from rtc_agent.engines.mt.chat import DEFAULT_MAX_BATCH, ChatTranslationEngine
 from rtc_agent.engines.mt.ctranslate2_engine import CTranslate2TranslationEngine, read_layout
 from rtc_agent.engines.mt.languages import AUTO, LANGUAGE_NAMES, check_language
@@ -48,6 +48,7 @@ __all__ = [
     "KINDS",
     "CTranslate2TranslationEngine",
     "ChatTranslationEngine",
+    "ContextPrimeRequest",
     "TextTranslateRequest",
     "TextTranslation",
     "TextTranslationEngine",

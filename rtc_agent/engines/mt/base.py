@@ -18,7 +18,9 @@ from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.worker import run_each
 from rtc_agent.worker.engine import deliver_early
 
-__all__ = ["DEFAULT_MAX_CHARS", "TextTranslateRequest", "TextTranslation", "TextTranslationEngine"]
+__all__ = [
+    "DEFAULT_MAX_CHARS", "ContextPrimeRequest", "TextTranslateRequest", "TextTranslation", "TextTranslationEngine",
+]
 
 DEFAULT_MAX_CHARS = 2000
 
@@ -41,18 +43,39 @@ class TextTranslateRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
             raise InvalidRequest("text to translate must be a non-empty string", code="invalid_text", param="text")
-        object.__setattr__(self, "source", check_language(self.source, "source", allow_auto=True))
-        object.__setattr__(self, "target", check_language(self.target, "target"))
-        context = tuple(self.context)
-        if not all(isinstance(p, tuple | list) and len(p) == 2 and all(isinstance(s, str) for s in p)
-                   for p in context):
-            raise InvalidRequest("context must be (source, translation) string pairs", param="context")
-        object.__setattr__(self, "context", tuple((str(a), str(b)) for a, b in context))
+        _check_conversation(self)
 
     @property
     def same_language(self) -> bool:
         """The source is the target: nothing to translate."""
         return self.source == self.target and self.source != AUTO
+
+
+def _check_conversation(request: TextTranslateRequest | ContextPrimeRequest) -> None:
+    """Check and normalise ``source``, ``target`` and ``context`` of a frozen request (``InvalidRequest``)."""
+    object.__setattr__(request, "source", check_language(request.source, "source", allow_auto=True))
+    object.__setattr__(request, "target", check_language(request.target, "target"))
+    context = tuple(request.context)
+    if not all(isinstance(p, tuple | list) and len(p) == 2 and all(isinstance(s, str) for s in p)
+               for p in context):
+        raise InvalidRequest("context must be (source, translation) string pairs", param="context")
+    object.__setattr__(request, "context", tuple((str(a), str(b)) for a, b in context))
+
+
+@dataclass(frozen=True)
+class ContextPrimeRequest:
+    """Prepare for the next translations of a conversation (``source`` -> ``target``) whose context will be
+    ``context`` (as in :class:`TextTranslateRequest`): an engine that keeps computed prompt prefixes (the embedded
+    LLM) computes this context's prompt now, while it would otherwise idle, so the next translation with it
+    computes only its own text. The answer is a bool: whether the engine did anything (engines that keep nothing
+    answer False at once). Checked as :class:`TextTranslateRequest` is."""
+
+    source: str
+    target: str
+    context: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_conversation(self)
 
 
 @dataclass
@@ -102,10 +125,17 @@ class TextTranslationEngine(ABC):
                               f"{request.source!r}", code="unsupported_language", status=400)
 
     def run_batch(self, requests: list[object]) -> list[object]:
-        """One result per request: a :class:`TextTranslation`, or the exception that failed that request. Each
-        translation :meth:`translate_many` finishes before the others is handed on at once (``deliver_early``)."""
-        results: list[object] = run_each(requests, self._checked, kind=TextTranslateRequest)
-        todo = [i for i, r in enumerate(results) if isinstance(r, TextTranslateRequest)]
+        """One result per request: for a translation a :class:`TextTranslation`, for a
+        :class:`ContextPrimeRequest` its bool (:meth:`prime_many`), or the exception that failed that request.
+        The translations run first (a prime only prepares later ones), and each one :meth:`translate_many`
+        finishes before the others is handed on at once (``deliver_early``)."""
+        primes = [i for i, r in enumerate(requests) if isinstance(r, ContextPrimeRequest)]
+        others = [i for i, r in enumerate(requests) if not isinstance(r, ContextPrimeRequest)]
+        results: list[object] = list(requests)
+        checked = run_each([requests[i] for i in others], self._checked, kind=TextTranslateRequest)
+        for i, result in zip(others, checked, strict=True):
+            results[i] = result
+        todo = [i for i in others if isinstance(results[i], TextTranslateRequest)]
 
         def settle(j: int, text: str | Exception) -> None:
             results[todo[j]] = text if isinstance(text, BaseException) else TextTranslation(text.strip(), self.label)
@@ -118,7 +148,19 @@ class TextTranslationEngine(ABC):
         for j, text in enumerate(texts):
             if isinstance(results[todo[j]], TextTranslateRequest):  # not handed on early: what the caller gets
                 settle(j, text)
+        if primes:
+            try:
+                primed: list[object] = list(self.prime_many([requests[i] for i in primes]))  # type: ignore[misc]
+            except Exception as exc:
+                primed = [exc] * len(primes)
+            for i, outcome in zip(primes, primed, strict=True):
+                results[i] = outcome
         return results
+
+    def prime_many(self, requests: list[ContextPrimeRequest]) -> list[bool]:
+        """Compute what the next translations of each conversation will share (see :class:`ContextPrimeRequest`);
+        whether each did anything. The default keeps nothing: all False."""
+        return [False] * len(requests)
 
     def _checked(self, request: TextTranslateRequest) -> TextTranslateRequest | TextTranslation:
         self.check(request)

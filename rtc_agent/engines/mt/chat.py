@@ -13,11 +13,19 @@ from typing import Any
 
 from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.messages import ChatRequest, ChatResult
-from rtc_agent.engines.mt.base import DEFAULT_MAX_CHARS, TextTranslateRequest, TextTranslationEngine
+from rtc_agent.engines.mt.base import (
+    DEFAULT_MAX_CHARS,
+    ContextPrimeRequest,
+    TextTranslateRequest,
+    TextTranslationEngine,
+)
 from rtc_agent.engines.mt.languages import AUTO, LANGUAGE_NAMES
 from rtc_agent.errors import EngineError
 
-__all__ = ["DEFAULT_MAX_BATCH", "ChatTranslationEngine", "clean_reply", "token_limit", "translation_messages"]
+__all__ = [
+    "DEFAULT_MAX_BATCH", "ChatTranslationEngine", "clean_reply", "context_messages", "token_limit",
+    "translation_messages",
+]
 
 #: most context pairs a prompt carries (the newest ones)
 MAX_CONTEXT_PAIRS = 4
@@ -30,6 +38,13 @@ def translation_messages(request: TextTranslateRequest, *,
                          max_context: int = MAX_CONTEXT_PAIRS) -> list[dict[str, Any]]:
     """The chat of one translation: a system prompt naming both languages, the newest ``max_context`` context
     pairs as earlier user/assistant turns, then the text."""
+    return [*context_messages(request, max_context=max_context), {"role": "user", "content": request.text}]
+
+
+def context_messages(request: TextTranslateRequest | ContextPrimeRequest, *,
+                     max_context: int = MAX_CONTEXT_PAIRS) -> list[dict[str, Any]]:
+    """What every translation of ``request``'s conversation with its context starts with: the system prompt and
+    the newest ``max_context`` context pairs (:func:`translation_messages` without the text)."""
     target = LANGUAGE_NAMES[request.target]
     source = "the language it is written in" if request.source == AUTO else LANGUAGE_NAMES[request.source]
     # a 0.5B model translates a long list of rules as if it were the text: keep the instruction short
@@ -37,7 +52,6 @@ def translation_messages(request: TextTranslateRequest, *,
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for src, tgt in request.context[-max_context:] if max_context else ():
         messages += [{"role": "user", "content": src}, {"role": "assistant", "content": tgt}]
-    messages.append({"role": "user", "content": request.text})
     return messages
 
 
@@ -140,6 +154,20 @@ class ChatTranslationEngine(TextTranslationEngine):
             out += [handed_on[start + j] if start + j in handed_on else self._text_or_error(request, result)
                     for j, (request, result) in enumerate(zip(chunk, results, strict=True))]
         return out
+
+    def prime_many(self, requests: list[ContextPrimeRequest]) -> list[bool]:
+        """With a chat engine that keeps computed prompts (``generate_many`` with a prefix cache: the embedded LLM),
+        one batched call that reads each conversation's :func:`context_messages` and writes one token (the
+        prompt's keys and values stay in the engine's caches: its row cache for a batch, its prefix cache for a
+        lone prompt, the paths the next translations of the same conversations take); all True. Else
+        (a remote model) nothing: all False."""
+        many = getattr(self.chat, "generate_many", None)
+        if many is None or not getattr(self.chat, "prefix_cache", False):
+            return [False] * len(requests)
+        for start in range(0, len(requests), self.max_batch):
+            many([ChatRequest(messages=context_messages(r), max_tokens=1, temperature=0.0, model=self.model or None)
+                  for r in requests[start:start + self.max_batch]])
+        return [True] * len(requests)
 
     def _text_or_error(self, request: TextTranslateRequest, result: object) -> str | Exception:
         """:meth:`_reply_text`, or the exception it raised."""
