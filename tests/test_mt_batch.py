@@ -167,20 +167,65 @@ def test_mt_max_batch_is_a_validated_setting_on_the_embedded_spec() -> None:
     for bad in (0, 17, -1):
         with pytest.raises(SettingsError, match="mt_max_batch"):
             validate(settings(mt_max_batch=bad))
-    [spec] = mt.engine_specs(settings(mt_max_batch=6))
+    spec, *_ = mt.engine_specs(settings(mt_max_batch=6))
     assert spec.max_batch == 6 and spec.shares == "llm"
     assert spec.adapt is not None and spec.adapt(BatchingChat()).max_batch == 6  # type: ignore[attr-defined]
-    [own] = mt.engine_specs(settings(mt_max_batch=2, mt_model="smollm2-135m"))  # a model of its own
+    own, *_ = mt.engine_specs(settings(mt_max_batch=2, mt_model="smollm2-135m"))  # a model of its own
     assert own.shares is None and own.max_batch == 2
 
 
 def shared_worker(chat: BatchingChat, **values: object) -> Worker:
-    """``chat`` as the worker's ``llm`` engine and the default embedded ``mt`` spec on its lane."""
+    """``chat`` as the worker's ``llm`` engine and the default embedded ``mt`` specs (``mt``, ``mt-prime``) on its
+    lane."""
     worker = Worker()
     worker.add(EngineSpec(name="llm", factory=lambda: chat, max_queue=16, yields_to=("tts", "asr")))
-    [spec] = mt.engine_specs(settings(**values))
-    worker.add(spec)
+    for spec in mt.engine_specs(settings(**values)):
+        worker.add(spec)
     return worker
+
+
+async def test_a_room_primes_its_cut_context_on_the_background_engine_no_voice_steps_aside_for() -> None:
+    """A translator that cut its context back sends the prime to ``mt-prime``: on the same lane and model, its own
+    batch after the translation, marked busy under its own name (a voice yields to ``mt``, not to it)."""
+    marks: list[tuple[int, bool, bool]] = []
+
+    def mark(request: ChatRequest) -> None:
+        marks.append((request.max_tokens, worker.priority.busy(["mt"]), worker.priority.busy(["mt-prime"])))
+
+    class MarkingChat(KeepingChat):
+        def generate(self, request, cancel):  # type: ignore[no-untyped-def]  # a lone translation
+            mark(request)
+            yield from super().generate(request, cancel)
+
+        def generate_many(self, requests, cancel=None, on_result=None):  # type: ignore[no-untyped-def]
+            for r in requests:
+                mark(r)
+            return super().generate_many(requests, cancel, on_result)
+
+    chat = MarkingChat()
+    worker = shared_worker(chat)
+    translator = FinalsTranslator(worker, "es", lambda event: None, lambda: 20_000, source_language="en")
+    task = asyncio.ensure_future(translator.run())
+    try:
+        for i in range(5):
+            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"Line {i}.", audio_start_ms=i * 1000,
+                                         audio_end_ms=i * 1000 + 900, language="en"))
+            await asyncio.wait_for(translator.drained(), 10)
+        stats = worker.stats()
+        assert stats["mt"]["calls"] == 5 and stats["mt-prime"]["calls"] == 1 and translator.stats()["primes"] == 1
+        assert stats["mt-prime"]["shares"] == "mt" and worker.host_of("mt-prime") == "llm"  # (mt's host)
+        # the prime: one token, on its own engine's mark; the translations on mt's
+        assert [m for m in marks if m[0] == 1] == [(1, False, True)]
+        assert all(busy_mt and not busy_prime for tokens, busy_mt, busy_prime in marks if tokens != 1)
+    finally:
+        task.cancel()
+        await worker.close()
+    # a translator with a model of its own: the background engine runs on mt's lane and engine
+    own = shared_worker(BatchingChat(), mt_model="smollm2-135m")
+    try:
+        assert own.host_of("mt-prime") == "mt" and own.host_of("mt") == "mt"
+    finally:
+        await own.close()
 
 
 async def test_translations_waiting_together_go_as_one_batch_on_the_shared_lane() -> None:

@@ -51,8 +51,8 @@ def shared_worker(chat: ScriptedChat, built: list[ScriptedChat], **values: objec
         return chat
 
     worker.add(EngineSpec(name="llm", factory=factory, max_queue=16, yields_to=("tts", "asr")))
-    [spec] = mt.engine_specs(settings(**values))
-    worker.add(dataclasses.replace(spec, factory=never_built))
+    for spec in mt.engine_specs(settings(**values)):  # mt and its background twin (mt-prime)
+        worker.add(dataclasses.replace(spec, factory=never_built))
     return worker
 
 
@@ -66,7 +66,7 @@ def test_the_defaults_share_the_llm_and_other_models_do_not() -> None:
     for other in ({"mt_model": "smollm2-135m"}, {"llm_engine": "openai", "llm_url": "http://127.0.0.1:9/v1"},
                   {"mt_engine": "none"}):
         assert not mt.shares_llm(settings(**other)), other
-        assert all(spec.shares is None for spec in mt.engine_specs(settings(**other)))
+        assert [spec.shares for spec in mt.engine_specs(settings(**other))] in ([], [None, "mt"])
 
 
 async def test_one_model_object_one_lane_and_translation_works() -> None:
@@ -74,12 +74,15 @@ async def test_one_model_object_one_lane_and_translation_works() -> None:
     built: list[ScriptedChat] = []
     worker = shared_worker(chat, built)
     try:
-        assert worker.names() == ["llm", "mt"] and worker.host_of("mt") == "llm" and worker.host_of("llm") == "llm"
+        assert worker.names() == ["llm", "mt", "mt-prime"] and worker.host_of("mt") == "llm"
+        assert worker.host_of("llm") == "llm" and worker.host_of("mt-prime") == "llm"  # (mt-prime shares mt's)
         result = await worker.call("mt", TextTranslateRequest("Good morning everyone.", "en", "es"), timeout=10)
         assert result.text == "Buenos días a todos." and result.engine == "embedded:scripted"
         translator = await worker.load("mt")
         assert isinstance(translator, ChatTranslationEngine) and translator.chat is await worker.load("llm")
-        assert built == [chat]  # one model object, built once, for both engines
+        primer = await worker.load("mt-prime")
+        assert isinstance(primer, ChatTranslationEngine) and primer.chat is chat
+        assert built == [chat]  # one model object, built once, for the three engines
         agent = await worker.call("llm", ChatRequest(messages=[{"role": "user", "content": "hi"}]), timeout=10)
         assert agent.text == "Hola."
         stats = worker.stats()
@@ -133,7 +136,7 @@ async def test_the_translator_share_of_the_queue_is_bounded() -> None:
 
     chat = HeldChat(default="vale")
     worker = shared_worker(chat, [])
-    [spec] = mt.engine_specs(Settings())
+    spec, *_ = mt.engine_specs(Settings())
     try:
         def translate(i: int) -> asyncio.Future:
             return asyncio.ensure_future(worker.call("mt", TextTranslateRequest(f"line {i}", "en", "es"), timeout=20))
@@ -158,7 +161,7 @@ async def test_the_translator_share_of_the_queue_is_bounded() -> None:
 async def test_without_an_llm_engine_the_translator_gets_its_own_lane() -> None:
     chat = ScriptedChat(default="Gracias.")
     worker = Worker()
-    [spec] = mt.engine_specs(Settings())
+    spec, *_ = mt.engine_specs(Settings())
     worker.add(dataclasses.replace(spec, factory=lambda: ChatTranslationEngine(chat, kind="embedded")))
     try:
         assert worker.host_of("mt") == "mt" and "shares" not in worker.stats()["mt"]
@@ -192,7 +195,7 @@ async def test_a_translation_does_not_step_aside_as_agent_turns_do() -> None:
     chat = SteppingChat()
     worker = Worker()
     worker.add(EngineSpec(name="llm", factory=lambda: chat, yields_to=("asr",), yield_max_s=0.3))
-    [spec] = mt.engine_specs(Settings())
+    spec, *_ = mt.engine_specs(Settings())
     worker.add(spec)
     busy = worker.priority.running("asr")  # captions decoding all the time
     busy.__enter__()
@@ -254,7 +257,7 @@ async def test_a_voice_steps_aside_for_a_translation_on_the_llm_lane_not_for_an_
 
     worker = Worker()
     worker.add(EngineSpec(name="llm", factory=lambda: MarkingChat(default="ok"), yields_to=("tts", "asr")))
-    [spec] = mt.engine_specs(Settings())
+    spec, *_ = mt.engine_specs(Settings())
     worker.add(spec)
     worker.add(dataclasses.replace(tts.engine_spec(Settings()), factory=lambda: voice))  # the real registration
     try:

@@ -73,15 +73,15 @@ class EngineSpec:
       jobs can wait (speech synthesis far ahead of the listener) takes only the CPU time that the others leave when
       their threads are ready to run, instead of an equal share of the cores. Its step in progress holds up no
       batch of the engines it yields to (their batches start at once: the OS gives them the cores).
-    - ``shares``: the name of an engine registered earlier whose lane this one runs on, so one loaded model serves
-      two kinds of request (the embedded text translator on the embedded LLM): its queue, its threads, its loaded
-      engine and its priority hooks. ``adapt(host)`` makes this engine from the host's loaded engine, once, on the
-      event loop (a thin wrapper: it must not load or block); ``max_queue`` bounds this engine's share of the
-      host's queue; with ``urgent`` its requests are taken before the host's own waiting requests (never
-      interrupting a running batch); its ``max_batch`` and ``batch_window_ms`` bound the batches of its own
-      requests (a batch on a shared lane holds one engine's requests). When no engine of that name is registered,
-      the spec gets a lane of its own from ``factory`` like any other (``adapt`` unused), so a worker with only
-      this engine still serves it.
+    - ``shares``: the name of an engine registered earlier whose lane this one runs on (that engine's host's, when
+      it shares one itself), so one loaded model serves two kinds of request (the embedded text translator on the
+      embedded LLM): its queue, its threads, its loaded engine and its priority hooks. ``adapt(host)`` makes this
+      engine from the lane's loaded engine, once, on the event loop (a thin wrapper: it must not load or block);
+      ``max_queue`` bounds this engine's share of the host's queue; with ``urgent`` its requests are taken before
+      the host's own waiting requests (never interrupting a running batch); its ``max_batch`` and
+      ``batch_window_ms`` bound the batches of its own requests (a batch on a shared lane holds one engine's
+      requests). When no engine of that name is registered, the spec gets a lane of its own from ``factory`` like
+      any other (``adapt`` unused), so a worker with only this engine still serves it.
     """
 
     name: str

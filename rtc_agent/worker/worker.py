@@ -64,14 +64,16 @@ class Worker:
 
     def add(self, spec: EngineSpec) -> None:
         """Register an engine (not loaded yet): on a lane of its own, or on the lane of ``spec.shares`` when that
-        engine is registered (see :class:`EngineSpec`). A duplicate name raises ``ValueError``."""
+        engine is registered (when it shares a lane itself: on that lane; see :class:`EngineSpec`). A duplicate
+        name raises ``ValueError``."""
         if self._closed:
             raise RuntimeError("the worker is closed")
         if spec.name in self._names:
             raise ValueError(f"engine {spec.name!r} is already registered")
-        if spec.shares is not None and spec.shares in self._lanes:
-            self._lanes[spec.shares].add_view(spec)
-            self._views[spec.name] = spec.shares
+        host = self._views.get(spec.shares, spec.shares) if spec.shares is not None else None
+        if host is not None and host in self._lanes:
+            self._lanes[host].add_view(spec)
+            self._views[spec.name] = host
         else:
             self._lanes[spec.name] = EngineLane(spec, self.metrics, self.priority, lambda: self._closed)
         self._names.append(spec.name)

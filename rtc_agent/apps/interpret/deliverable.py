@@ -17,12 +17,18 @@ import logging
 from typing import Any
 
 from rtc_agent.engines import st
-from rtc_agent.engines.mt import ContextPrimeRequest, TextTranslateRequest, translation_targets
+from rtc_agent.engines.mt import (
+    ENGINE_NAME,
+    PRIME_ENGINE_NAME,
+    ContextPrimeRequest,
+    TextTranslateRequest,
+    translation_targets,
+)
 from rtc_agent.engines.tts import voice_for
 from rtc_agent.errors import InvalidRequest
 
-__all__ = ["ROUTE_SPEECH", "ROUTE_TEXT", "check_listen", "listen_options", "prime_request", "route_for",
-           "text_request", "voice_of"]
+__all__ = ["ROUTE_SPEECH", "ROUTE_TEXT", "check_listen", "listen_options", "prime_engine", "prime_request",
+           "route_for", "text_request", "voice_of"]
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +132,11 @@ def prime_request(source: str | None, target: str, context: list[tuple[str, str]
     """The ``mt`` engine's request to compute a conversation's next prompt start ahead of its text
     (``engines.mt.ContextPrimeRequest``; arguments as :func:`text_request`'s)."""
     return ContextPrimeRequest(source or "auto", target, tuple(context))
+
+
+def prime_engine(worker: Any, engine: str) -> str:
+    """Where a ``ContextPrimeRequest`` for the translations ``engine`` makes goes: the embedded translator's
+    background engine (``engines.mt.PRIME_ENGINE_NAME``, on the same model) when ``worker`` has it, else ``engine``
+    itself (which answers at once when it keeps nothing)."""
+    names = worker.names() if hasattr(worker, "names") else []
+    return PRIME_ENGINE_NAME if engine == ENGINE_NAME and PRIME_ENGINE_NAME in names else engine

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rtc_agent.apps.interpret.deliverable import prime_request, text_request
+from rtc_agent.apps.interpret.deliverable import prime_engine, prime_request, text_request
 from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
@@ -189,11 +189,12 @@ class FinalsTranslator:
 
     async def prime(self) -> None:
         """Have the engine compute the prompt the next translation starts with (its context, just cut back: no
-        prefix of any earlier prompt) now, while the speaker is still talking (``ContextPrimeRequest``). Raises
-        the worker's ``AgentError``."""
+        prefix of any earlier prompt) now, while the speaker is still talking (``ContextPrimeRequest``, to the
+        engine's background twin where it has one: ``deliverable.prime_engine``). Raises the worker's
+        ``AgentError``."""
         self._cut = False
-        await self.worker.call(self.engine, prime_request(self._source, self.target, list(self.context)),
-                               timeout=self.timeout_s)
+        await self.worker.call(prime_engine(self.worker, self.engine),
+                               prime_request(self._source, self.target, list(self.context)), timeout=self.timeout_s)
         self.primes += 1
 
     async def _prime_quietly(self) -> None:

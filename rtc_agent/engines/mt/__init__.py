@@ -46,6 +46,7 @@ __all__ = [
     "AUTO",
     "ENGINE_NAME",
     "KINDS",
+    "PRIME_ENGINE_NAME",
     "CTranslate2TranslationEngine",
     "ChatTranslationEngine",
     "ContextPrimeRequest",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 ENGINE_NAME = "mt"
+#: the embedded engine's background work (``ContextPrimeRequest``) on the same lane and model as ``mt``: its own
+#: batches, queued after the translations, and no voice or recogniser steps aside for them
+PRIME_ENGINE_NAME = "mt-prime"
 KINDS = ("auto", "embedded", "openai", "ctranslate2", "none")
 #: the worker's LLM engine (``rtc_agent.engines.register_engines`` registers it before this one)
 LLM_ENGINE = "llm"
@@ -183,5 +187,11 @@ def engine_specs(settings: Any) -> list[EngineSpec]:
     own = dataclasses.replace(chat_spec, max_queue=32, max_batch=max_batch, yields_to=(),
                               factory=lambda: adapt(chat_spec.factory()))
     if shares_llm(settings):  # one model in memory: the LLM's (its own copy only where no llm engine is registered)
-        return [dataclasses.replace(own, shares=LLM_ENGINE, adapt=adapt, urgent=True)]
-    return [own]
+        own = dataclasses.replace(own, shares=LLM_ENGINE, adapt=adapt, urgent=True)
+
+    def adapt_prime(host: Any) -> ChatTranslationEngine:  # the lane's engine: the LLM's, or mt's own copy
+        return host if isinstance(host, ChatTranslationEngine) else adapt(host)
+
+    prime = dataclasses.replace(own, name=PRIME_ENGINE_NAME, shares=ENGINE_NAME, adapt=adapt_prime, urgent=False,
+                                max_queue=16)
+    return [own, prime]
