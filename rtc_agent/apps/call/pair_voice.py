@@ -5,21 +5,20 @@ speaks the target: the pair is text only) and builds the pair's
 :class:`~rtc_agent.apps.interpret.TranslationSpeaker`: one synthesis per text, played on every listener of the
 language who hears speech (:class:`~rtc_agent.apps.call.speech_fanout.FanoutSink`), with the espeak-ng catch-up
 voice behind a Kokoro voice (:func:`~rtc_agent.apps.interpret.speech.catchup_synthesizer`). A language past the
-server's neural voices (:mod:`~rtc_agent.apps.call.neural_voices`) is spoken by that espeak-ng voice from the start.
+server's neural voices (:mod:`~rtc_agent.apps.interpret.neural_voices`) is spoken by that espeak-ng voice from the
+start.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 
-from rtc_agent.apps.call.neural_voices import voice_slots
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.speech_fanout import FanoutSink
 from rtc_agent.apps.interpret.deliverable import voice_of
+from rtc_agent.apps.interpret.neural_voices import claim_voice
 from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
-from rtc_agent.engines.tts.base import language_code
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.protocol import ServerEvent
 
@@ -36,15 +35,9 @@ def pair_voice(speaker: Participant, target: str, sink: FanoutSink, emit: Callab
     if voice is None:
         return None
     # every request names the target language: the engine picks its voice by it
-    synthesizer = SpeechSynthesizer(ctx.worker, voice["engine"], language=target)
-    fallback = catchup_synthesizer(ctx.worker, voice["engine"], target)
-    on_stop = None
-    if fallback is not None:  # a neural voice with espeak-ng behind it
-        slots, code = voice_slots(ctx.worker, ctx.settings), language_code(target)
-        if slots.acquire(code):
-            on_stop = functools.partial(slots.release, code)
-        else:
-            synthesizer, fallback = fallback, None
+    synthesizer, fallback, on_stop = claim_voice(
+        ctx.worker, ctx.settings, target, SpeechSynthesizer(ctx.worker, voice["engine"], language=target),
+        catchup_synthesizer(ctx.worker, voice["engine"], target))
     return TranslationSpeaker(sink, synthesizer, emit, ctx.now_ms, max_lag_ms=max_lag_ms, speaker=speaker.tag,
                               language=target, fallback=fallback, on_stop=on_stop)
 

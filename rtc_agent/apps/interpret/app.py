@@ -38,6 +38,7 @@ from rtc_agent.apps.base import App, AppContext
 from rtc_agent.apps.interpret.chunker import ChunkCutter
 from rtc_agent.apps.interpret.config import resolve_config
 from rtc_agent.apps.interpret.deliverable import ROUTE_SPEECH, ROUTE_TEXT, route_for, voice_of
+from rtc_agent.apps.interpret.neural_voices import claim_voice
 from rtc_agent.apps.interpret.pipeline import InterpretPipeline
 from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.interpret.policy_config import PolicyConfig
@@ -110,6 +111,7 @@ class InterpretApp(App):
             max_pending=int(getattr(s, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG))
         self.speaker: TranslationSpeaker | None = None
         self.voice: dict[str, Any] | None = None
+        self._voice_release: Callable[[], None] | None = None  # gives back the neural voice slot (claim_voice)
         if ctx.speech is not None:
             max_lag_ms = int(config["max_lag_s"] * 1000)
             self.speaker = TranslationSpeaker(ctx.speech, SpeechSynthesizer(ctx.worker, "tts"), ctx.emit,
@@ -130,14 +132,29 @@ class InterpretApp(App):
             min_silence_ms=getattr(s, "vad_min_silence_ms", 250), observe=self.ctx.observe, settings=s)
 
     def _set_voice(self, target: str) -> None:
-        """Speak ``target`` with its own language's voice; a target no voice speaks is text only."""
+        """Speak ``target`` with its own language's voice; a target no voice speaks is text only. A neural voice
+        takes one of the server's slots while the session speaks with it (``claim_voice``: past them, espeak-ng
+        speaks from the first text); a slot held for another target or for a session that stopped speaking is
+        given back first."""
         assert self.speaker is not None
+        self._release_voice()
         self.voice = voice_of(self.ctx.settings, target)
+        speaking = bool(self.config["speak"] and self.voice is not None)
         if self.voice is not None:
-            self.speaker.synthesizer = SpeechSynthesizer(self.ctx.worker, self.voice["engine"], language=target)
-            self.speaker.fallback = catchup_synthesizer(self.ctx.worker, self.voice["engine"], target)
+            voice = SpeechSynthesizer(self.ctx.worker, self.voice["engine"], language=target)
+            fallback = catchup_synthesizer(self.ctx.worker, self.voice["engine"], target)
+            if speaking:
+                voice, fallback, self._voice_release = claim_voice(self.ctx.worker, self.ctx.settings, target,
+                                                                   voice, fallback)
+            self.speaker.synthesizer, self.speaker.fallback = voice, fallback
         self.speaker.language = target
-        self.speaker.enabled = bool(self.config["speak"] and self.voice is not None)
+        self.speaker.enabled = speaking
+
+    def _release_voice(self) -> None:
+        """Give back the neural voice slot the session holds (if any)."""
+        release, self._voice_release = self._voice_release, None
+        if release is not None:
+            release()
 
     def _set_route(self, target: str) -> None:
         """The target changed: take its route (the source captions start when the text route first needs them)."""
@@ -245,7 +262,14 @@ class InterpretApp(App):
 
     async def close(self) -> None:
         """The session ends: translate what is left and give the source captions their last final (together, one
-        bounded wait), so the last words reach the page."""
+        bounded wait), so the last words reach the page; then give back the neural voice slot."""
+        try:
+            await self._finish()
+        finally:
+            self._release_voice()
+
+    async def _finish(self) -> None:
+        """The bounded last translation and final caption of :meth:`close`."""
         jobs = [self.pipeline.finish()]
         if self.source is not None:  # its own deadline a little earlier, so it reports what it could not finish
             jobs.append(self._finish_source(self.source))
