@@ -127,3 +127,36 @@ async def test_interpret_page_english_into_spanish_takes_the_text_route(start_se
         texts, ENGLISH_WORDS - {"a"}), texts
     assert speech_rms(peer) > 0.005
     assert not [e for e in peer.events if e["type"] == "error"]
+
+
+async def test_a_language_past_the_neural_voices_is_spoken_by_espeak_ng(start_server):
+    """``tts_neural_voices`` 1 and one English speaker interpreted into Spanish and Italian (both Kokoro languages)
+    through the real voices: one language is spoken by Kokoro, the other by espeak-ng from its first text, and both
+    listeners hear speech on their tracks."""
+    server = await start_server(**PATIENT, tts_neural_voices=1)
+    worker = server.app[WORKER]
+    for engine in ("vad", "asr", "tts-kokoro", "tts-espeak", "llm"):
+        await worker.load(engine)
+    english = speech_clip(ENGLISH[:1], lead_s=LEAD_S + 2.0, tail_s=1.0, sample_rate=48000)[0]
+    room = "neural-voices-real"
+    ben = ClientPeer(server.url, "call", config={"room": room, "name": "Ben", "language": "en",
+                                                 "listen_language": "en", "interpret": True},
+                     audio=PcmSourceTrack(english, 48000, tail="silence"))
+    listeners = [ClientPeer(server.url, "call", config={"room": room, "name": name, "language": lang,
+                                                        "listen_language": lang, "interpret": True})
+                 for name, lang in (("Sofia", "es"), ("Lucia", "it"))]
+    try:
+        for peer in listeners:
+            await peer.connect()
+        await ben.connect()
+        for peer in listeners:
+            await peer.wait_for("translation.speech.done", timeout=WAIT_S)
+    finally:
+        for peer in [ben, *listeners]:
+            await peer.close()
+    engines = {peer.config["listen_language"]: {e["engine"] for e in peer.events
+                                                if e["type"] == "translation.speech.started"}
+               for peer in listeners}
+    assert sorted(map(tuple, engines.values())) == [("tts-espeak",), ("tts-kokoro",)], engines
+    assert all(speech_rms(peer) > 0.005 for peer in listeners)
+    assert not [e for peer in listeners for e in peer.events if e["type"] == "error"]

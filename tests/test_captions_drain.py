@@ -70,3 +70,22 @@ async def test_captions_say_what_was_dropped_when_the_final_cannot_finish():
 async def test_captions_do_not_wait_when_the_client_is_gone():
     ctx, took = await captions_closed_with("heartbeat_lost", asr_delay=10.0, final_drain_s=3.0)
     assert took < 0.2 and "error:captions_dropped" not in ctx.types()
+
+
+async def test_a_session_that_sent_no_audio_has_nothing_to_finish():
+    """A call participant without a microphone: the session's clock ran, no audio arrived, nothing is dropped."""
+    worker = Worker()
+    register(worker, "vad", ScriptedVAD(0.9, delay_s=0.002), max_queue=64)
+    register(worker, "asr", ScriptedASR(hello_there), max_queue=64)
+    ctx = ScriptedAppContext(worker, final_drain_s=1.0)
+    app = CaptionsApp(ctx, CaptionsApp.validate_config({"vision": False, "language": "en"}, ctx.settings))
+    await app.start()
+    ctx.ms = 20_000
+    ctx.close_reason = "deleted"
+    started = time.monotonic()
+    await app.close()
+    for task in ctx.tasks:
+        task.cancel()
+    await asyncio.gather(*ctx.tasks, return_exceptions=True)
+    await worker.close()
+    assert "error:captions_dropped" not in ctx.types() and time.monotonic() - started < 0.5

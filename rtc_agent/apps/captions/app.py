@@ -116,6 +116,7 @@ class CaptionsApp(App):
 
     _closing = False  # set by close(): audio arriving after that is ignored
     _vad_until_ms = 0  # the end of the last window the VAD judged
+    _audio_until_ms = 0  # the end of the audio received (a participant without a microphone sends none)
     _plan_at_ms = 0  # session time the decode plan was last read
     plan: Any = None  # the decode plan in use (rtc_agent.worker.decode_plan.DecodePlan); None: settings, defaults
     CONFIG_KEYS = frozenset({"language", "language_prior", "vad_threshold", "vad_min_silence_ms",
@@ -191,6 +192,7 @@ class CaptionsApp(App):
         if self._closing:  # the session is ending: what arrived before is finished, nothing new starts
             return
         audio = pcm.astype(np.float32) / 32768.0
+        self._audio_until_ms = start_ms + len(audio) // 16  # (16 kHz)
         self.transcriber.push_audio(audio, start_ms)
         self.vad.push(audio, start_ms)
 
@@ -253,7 +255,8 @@ class CaptionsApp(App):
         client still listens), speech still queued gets its final caption first: the VAD catches up with the
         audio received so far, the open utterance ends there and its last decode runs, all within
         ``final_drain_s``; what cannot be finished is reported as an ``error`` event (``captions_dropped``). For
-        other reasons (heartbeat lost, peer gone) nothing is waited for."""
+        other reasons (heartbeat lost, peer gone) nothing is waited for. Only audio that arrived counts: a
+        participant who sent none (no microphone) has nothing to finish."""
         self._closing = True
         reason = getattr(self.ctx, "close_reason", None)
         drain_s = float(getattr(self.ctx.settings, "final_drain_s", 0.0) or 0.0)
@@ -265,4 +268,4 @@ class CaptionsApp(App):
             await self.vision.close()
 
     async def _finish_finals(self, timeout: float) -> None:
-        await finish_finals(self.transcriber, lambda: self._vad_until_ms, self.ctx.now_ms(), timeout, self.ctx.emit)
+        await finish_finals(self.transcriber, lambda: self._vad_until_ms, self._audio_until_ms, timeout, self.ctx.emit)
