@@ -134,6 +134,7 @@ class FinalsTranslator:
         if target != self.target:
             self.target = target
             self.context.clear()
+            self._cut = False  # (nothing to compute ahead for an empty context)
 
     def clear(self) -> None:
         """Forget the waiting finals (the owner stopped wanting them)."""
