@@ -462,10 +462,10 @@ async def test_a_fallback_voice_speaks_what_the_voice_would_say_too_late():
     speaker = TranslationSpeaker(sink, voice, events.append, lambda: clock["ms"], max_lag_ms=1000, fallback=cheap)
     task = asyncio.create_task(speaker.run())
 
-    async def spoken(n: int) -> None:
+    async def spoken(n: int) -> None:  # (started: the voice's wait is counted by then)
         for _ in range(100):
             await asyncio.sleep(0)
-            if len(voice.texts) + len(cheap.texts) >= n:
+            if len([e for e in events if e.type == "translation.speech.started"]) >= n:
                 return
 
     try:
@@ -489,6 +489,51 @@ async def test_a_fallback_voice_speaks_what_the_voice_would_say_too_late():
     assert [c for c in catchups if c[0] in ("fallback", "skip")] == [("fallback", 3500)]
     started = [e.text for e in events if e.type == "translation.speech.started"]
     assert started == ["first part", "second part", "third part"]  # every text spoken, in order
+
+
+async def test_a_voice_that_slows_down_under_a_piece_hands_it_to_the_fallback_in_time():
+    """The voice took the piece on (nothing known against it) but its first clause has not come when the piece
+    would be skip_lag_ms late: the fallback speaks it at once, the voice's clause is cancelled, and the wait counts
+    in the voice's expected wait (the next piece goes to the fallback directly)."""
+    cancelled = asyncio.Event()
+
+    class StalledVoice(_Synth):
+        async def stream(self, text: str, *, speed: Any = 1.0, **_: Any):
+            self.texts.append((text, 1.0))
+            try:
+                await asyncio.sleep(30)  # a clause queued behind other languages on a busy machine
+            except asyncio.CancelledError:
+                clock["ms"] += 300  # what the voice's stall took, on the speaker's clock
+                cancelled.set()
+                raise
+            yield Synthesis(pcm=np.zeros(22050, dtype=np.int16), sample_rate=22050, text=text, voice="v", speed=1.0)
+
+    clock = {"ms": 1000}
+    sink, voice, cheap, events = _Sink(), StalledVoice(), _Synth(), []
+    speaker = TranslationSpeaker(sink, voice, events.append, lambda: clock["ms"], max_lag_ms=100, fallback=cheap)
+    task = asyncio.create_task(speaker.run())
+    try:
+        speaker.say("first part", 1000)  # lag 0: the voice takes it; 200 ms later it would be too late
+        await asyncio.wait_for(cancelled.wait(), 5)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if cheap.texts:
+                break
+        assert speaker.expected_synthesis_ms() == 300
+        for handle in sink.handles:
+            handle.done.set_result(0)  # played: nothing queued ahead of the next piece
+        speaker.say("second part", clock["ms"])  # lag 0, but 0 + 300 ms expected > 200 ms: the fallback
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(cheap.texts) == 2:
+                break
+    finally:
+        task.cancel()
+    assert [t for t, _ in voice.texts] == ["first part"]  # the second went to the fallback directly
+    assert [t for t, _ in cheap.texts] == ["first part", "second part"] and len(sink.played) == 2
+    assert speaker.stats()["fallbacks"] == 2 and speaker.stats()["skipped"] == 0
+    started = [(e.text, e.engine) for e in events if e.type == "translation.speech.started"]
+    assert [t for t, _ in started] == ["first part", "second part"]  # announced once, by the voice that spoke
 
 
 async def test_live_pipeline_cuts_the_pushed_audio_on_the_grid():

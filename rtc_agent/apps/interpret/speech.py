@@ -16,7 +16,9 @@ ahead of it - source_end_ms``. When it exceeds ``max_lag_ms`` the speaker catche
   ``skip_lag_ms`` late once the voice had synthesized it (its lag now plus the voice's recent wait for a first
   clause, :meth:`TranslationSpeaker.expected_synthesis_ms`) is spoken by the fallback instead, at the fastest
   speed, and nothing is skipped: a neural voice that cannot keep up on a small CPU (three Kokoro voices on two
-  cores) then loses no text and no time, only its sound for those pieces.
+  cores) then loses no text and no time, only its sound for those pieces. A piece the voice takes on goes to the
+  fallback all the same when the voice's first clause has not come by the time the piece would be ``skip_lag_ms``
+  late (the voice slowed down under it); that wait counts in the voice's expected wait.
 
 Every change is announced with a :class:`TranslationSpeechCatchup` event (``action``: ``speed`` when speeding up
 or changing speed, ``skip`` for skipped text, ``fallback`` for text the fallback voice speaks, ``normal`` when back
@@ -206,8 +208,8 @@ class TranslationSpeaker:
             try:
                 if late:
                     await self._speak_late(piece, text, lag)
-                else:
-                    await self._speak(text, piece.segment_id)
+                elif not await self._speak(text, piece.segment_id, first_within_ms=self._budget_ms(lag)):
+                    await self._speak_late(piece, text, self.lag_ms(piece.source_end_ms))
             except AgentError as exc:
                 self.errors += 1
                 log.warning("speaking a translation failed: %s", exc)
@@ -236,15 +238,35 @@ class TranslationSpeaker:
         backlog = getattr(self.synthesizer, "backlog_ms", None)
         return max(self._synthesis_ms * 0.5 ** (idle / SYNTHESIS_HALF_LIFE_MS), backlog() if backlog else 0.0)
 
+    def _budget_ms(self, lag: int) -> float | None:
+        """How long the voice's first clause of a piece now ``lag`` ms late may take before the fallback speaks
+        the piece instead (None: no fallback, or no skip lag: wait for the voice)."""
+        if self.fallback is None or self.skip_lag_ms <= 0:
+            return None
+        return max(0.0, float(self.skip_lag_ms - lag))
+
     async def _speak(self, text: str, segment_id: str | None = None, synthesizer: SpeechSynthesizer | None = None,
-                     speed: Callable[[], float] | None = None) -> None:
+                     speed: Callable[[], float] | None = None, first_within_ms: float | None = None) -> bool:
+        """Speak ``text``; False (nothing played) when the first clause did not come within ``first_within_ms``."""
         asked = self.now_ms()
         stream = (synthesizer or self.synthesizer).stream(text, speed=speed or self._current_speed)
+        clauses = aiter(stream)
         first: str | None = None
         last: UtteranceHandle | None = None
         try:
             async with contextlib.aclosing(stream):
-                async for synthesis in stream:
+                while True:
+                    try:
+                        if first is None and first_within_ms is not None:
+                            synthesis = await asyncio.wait_for(anext(clauses), first_within_ms / 1000)
+                        else:
+                            synthesis = await anext(clauses)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        self._synthesis_at = self.now_ms()
+                        self._synthesis_ms = max(self._synthesis_ms, float(self._synthesis_at - asked))
+                        return False
                     utterance_id = f"tr_{next(_ids)}"
                     ahead = self.queued_ms()
                     handle = self.sink.play(synthesis.pcm, synthesis.sample_rate, utterance_id=utterance_id)
@@ -267,6 +289,7 @@ class TranslationSpeaker:
             if first is not None and last is not None:
                 self._announce_done(first, last, segment_id)
         self.spoken += 1
+        return True
 
     def _announce_done(self, utterance_id: str, last: UtteranceHandle, segment_id: str | None) -> None:
         """``translation.speech.done`` once ``last`` (the text's last clause) has played or was cut."""
