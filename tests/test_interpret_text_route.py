@@ -122,19 +122,22 @@ def test_without_a_text_translator_only_english_is_offered(voices: None) -> None
     assert InterpretApp.validate_config({"direction": "es-en"}, ctx.settings)["target_language"] == "en"
 
 
-async def translate_lines(mt_engine: ScriptedMT, lines: int, max_pending: int,
-                          events: list[Any]) -> FinalsTranslator:
+async def translate_lines(mt_engine: ScriptedMT, lines: int, events: list[Any], *, max_pending: int = 16,
+                          one_by_one: bool = False) -> FinalsTranslator:
     """Push ``lines`` finals ("line 0", ...) and a blank one into a translator on ``mt_engine``, run it until it
-    has nothing left, and return it (its events in ``events``)."""
+    has nothing left, and return it (its events in ``events``). The finals come all at once, or with
+    ``one_by_one`` each once the previous one is translated (a speaker who pauses between sentences)."""
     worker = Worker()
     register(worker, "mt", mt_engine)
     translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, max_pending=max_pending)
-    for i in range(lines):
-        translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
-                                     audio_end_ms=i * 1000 + 900, language="en"))
-    translator.push(CaptionFinal(segment_id="blank", text="  ", audio_start_ms=0, audio_end_ms=1))
-    task = asyncio.ensure_future(translator.run())
+    task = asyncio.ensure_future(translator.run())  # (it starts at the first wait: after a burst of finals)
     try:
+        for i in range(lines):
+            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
+                                         audio_end_ms=i * 1000 + 900, language="en"))
+            if one_by_one:
+                await asyncio.wait_for(translator.drained(), 10)
+        translator.push(CaptionFinal(segment_id="blank", text="  ", audio_start_ms=0, audio_end_ms=1))
         await asyncio.wait_for(translator.drained(), 10)
     finally:
         task.cancel()
@@ -144,7 +147,7 @@ async def translate_lines(mt_engine: ScriptedMT, lines: int, max_pending: int,
 
 async def test_finals_translator_drops_the_oldest_past_its_backlog_and_reports_the_first_error() -> None:
     mt_engine, events = ScriptedMT(RuntimeError("boom")), []
-    translator = await translate_lines(mt_engine, 4, 2, events)
+    translator = await translate_lines(mt_engine, 4, events, max_pending=2)
     drops = [e for e in events if e.type == "translation.speech.catchup"]
     assert [(d.action, d.segment_id, d.reason) for d in drops] == [("drop", "s0", "behind"), ("drop", "s1", "behind")]
     assert [e.type for e in events[2:]] == ["error", "translation.chunk"]  # line 2 failed, line 3 came through
@@ -156,7 +159,7 @@ async def test_the_context_grows_final_by_final_and_is_cut_back_to_the_newest() 
     """Each prompt extends the previous one while the context grows (the LLM's row cache computes only the new
     part), up to CONTEXT_MAX_FINALS pairs; then it starts again from the newest CONTEXT_FINALS."""
     mt_engine = ScriptedMT()
-    await translate_lines(mt_engine, 9, 16, [])
+    await translate_lines(mt_engine, 9, [])
     contexts = [r.context for r in mt_engine.requests]
     assert [len(c) for c in contexts] == [0, 1, 2, 3, 4, 2, 3, 4, 2]
     assert contexts[5] == (("line 3", "[es] line 3"), ("line 4", "[es] line 4"))  # the newest, in order
@@ -165,29 +168,11 @@ async def test_the_context_grows_final_by_final_and_is_cut_back_to_the_newest() 
     assert not mt_engine.primed  # a final was always waiting: its translation computes the cut context anyway
 
 
-async def translate_one_by_one(mt_engine: ScriptedMT, lines: int, events: list[Any]) -> FinalsTranslator:
-    """Like :func:`translate_lines`, but each final is pushed once the previous one is translated (a speaker who
-    pauses between sentences)."""
-    worker = Worker()
-    register(worker, "mt", mt_engine)
-    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000, source_language="en")
-    task = asyncio.ensure_future(translator.run())
-    try:
-        for i in range(lines):
-            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
-                                         audio_end_ms=i * 1000 + 900, language="en"))
-            await asyncio.wait_for(translator.drained(), 10)
-    finally:
-        task.cancel()
-        await worker.close()
-    return translator
-
-
 async def test_after_a_cut_the_engine_computes_the_cut_context_before_the_next_final() -> None:
     """The prompt after a cut starts with no earlier prompt; with no final waiting, the translator has the engine
     compute it at once (a ContextPrimeRequest of exactly the next request's context), after the translation."""
     mt_engine, events = ScriptedMT(), []
-    translator = await translate_one_by_one(mt_engine, 9, events)
+    translator = await translate_lines(mt_engine, 9, events, one_by_one=True)
     contexts = [r.context for r in mt_engine.requests]
     assert [len(c) for c in contexts] == [0, 1, 2, 3, 4, 2, 3, 4, 2]
     assert [(p.source, p.target, p.context) for p in mt_engine.primed] == [
@@ -200,6 +185,6 @@ async def test_after_a_cut_the_engine_computes_the_cut_context_before_the_next_f
 async def test_a_failed_prime_costs_no_translation_and_tells_no_listener() -> None:
     mt_engine, events = ScriptedMT(), []
     mt_engine.prime_error = EngineError("the model went away", code="engine_error")
-    translator = await translate_one_by_one(mt_engine, 6, events)
+    translator = await translate_lines(mt_engine, 6, events, one_by_one=True)
     assert len(mt_engine.primed) == 1 and translator.stats()["primes"] == 0
     assert [e.type for e in events] == ["translation.chunk"] * 6 and translator.stats()["errors"] == 0
