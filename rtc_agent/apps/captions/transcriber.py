@@ -112,11 +112,6 @@ class StreamingTranscriber:
         return self._buffer.duration_ms
 
     @property
-    def audio_end_ms(self) -> int:
-        """The end of the audio pushed so far, on the session clock (0 before any)."""
-        return self._recent.end_ms
-
-    @property
     def rule(self) -> LanguageRule:
         """The session's language rule."""
         return self.writer.rule
