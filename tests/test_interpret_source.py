@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
@@ -206,6 +207,29 @@ async def test_interpret_app_shows_the_source_with_captions_and_follows_their_la
     assert translate[-1].language == "es" and translate[0].language is None
     assert {r.task for r in asr.requests} == {"translate", "transcribe"}
     assert app.stats()["source_captions"]["finals"] == 2
+
+
+async def test_source_captions_whose_audio_stopped_early_have_nothing_to_drop():
+    """The speaker's audio stops arriving (a muted or unplugged microphone) long before the session ends: the
+    source captions finish the speech they heard and report nothing dropped."""
+    ctx, _ = make_context()
+    ctx.settings = dataclasses.replace(ctx.settings, final_drain_s=1.0)
+    app = InterpretApp(ctx, InterpretApp.validate_config({"source_text": True, "speak": False},  # type: ignore
+                                                         ctx.settings))
+    await app.start()
+    try:
+        await speak(app, ctx, 1.2, loud=True)
+        await speak(app, ctx, 1.0, loud=False)
+        ctx.ms += 20_000  # the session's clock runs on; no audio arrives
+        started = time.monotonic()
+        await app.close()
+        took = time.monotonic() - started
+    finally:
+        for task in ctx.tasks:
+            task.cancel()
+        await ctx.worker.close()
+    assert len(ctx.of("caption.final")) == 1
+    assert not [e for e in ctx.events if e.type == "error"] and took < 0.9
 
 
 async def test_source_language_update_reaches_the_source_captions():

@@ -88,11 +88,13 @@ def feed_window(segmenter: SpeechSegmenter, transcriber: StreamingTranscriber, p
     transcriber.poll(now_ms)
 
 
-async def finish_finals(transcriber: StreamingTranscriber, judged_until_ms: Callable[[], int], end_ms: int,
-                        timeout: float, emit: Callable[[ServerEvent], None]) -> None:
-    """The audio ended at ``end_ms``: wait (at most ``timeout`` s) for the VAD to judge it
-    (``judged_until_ms()``: the end of the last window judged), end the open utterance there and wait for its last
-    decode. What could not be finished is reported through ``emit`` as an ``error`` (``captions_dropped``)."""
+async def finish_finals(transcriber: StreamingTranscriber, judged_until_ms: Callable[[], int], timeout: float,
+                        emit: Callable[[ServerEvent], None]) -> None:
+    """The audio ended where the audio ``transcriber`` received ends (a session that sent none has nothing to
+    finish): wait (at most ``timeout`` s) for the VAD to judge it (``judged_until_ms()``: the end of the last window
+    judged), end the open utterance there and wait for its last decode. What could not be finished is reported
+    through ``emit`` as an ``error`` (``captions_dropped``)."""
+    end_ms = transcriber.audio_end_ms
     deadline = time.monotonic() + timeout
     while judged_until_ms() < end_ms - VAD_WINDOW_MS and time.monotonic() < deadline:
         await asyncio.sleep(DRAIN_POLL_S)  # the VAD judges the audio it has not seen yet
@@ -116,7 +118,6 @@ class CaptionsApp(App):
 
     _closing = False  # set by close(): audio arriving after that is ignored
     _vad_until_ms = 0  # the end of the last window the VAD judged
-    _audio_until_ms = 0  # the end of the audio received (a participant without a microphone sends none)
     _plan_at_ms = 0  # session time the decode plan was last read
     plan: Any = None  # the decode plan in use (rtc_agent.worker.decode_plan.DecodePlan); None: settings, defaults
     CONFIG_KEYS = frozenset({"language", "language_prior", "vad_threshold", "vad_min_silence_ms",
@@ -192,7 +193,6 @@ class CaptionsApp(App):
         if self._closing:  # the session is ending: what arrived before is finished, nothing new starts
             return
         audio = pcm.astype(np.float32) / 32768.0
-        self._audio_until_ms = start_ms + len(audio) // 16  # (16 kHz)
         self.transcriber.push_audio(audio, start_ms)
         self.vad.push(audio, start_ms)
 
@@ -268,4 +268,4 @@ class CaptionsApp(App):
             await self.vision.close()
 
     async def _finish_finals(self, timeout: float) -> None:
-        await finish_finals(self.transcriber, lambda: self._vad_until_ms, self._audio_until_ms, timeout, self.ctx.emit)
+        await finish_finals(self.transcriber, lambda: self._vad_until_ms, timeout, self.ctx.emit)

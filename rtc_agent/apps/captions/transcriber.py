@@ -46,12 +46,13 @@ from rtc_agent.apps.audio_ring import AudioRing
 from rtc_agent.apps.captions.caption_writer import CaptionWriter
 from rtc_agent.apps.captions.context_cut import without_context
 from rtc_agent.apps.captions.earlier_finals import EarlierFinals, FinalCaption
+from rtc_agent.apps.captions.final_audio import DecodeAudio, final_audio
 from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
 from rtc_agent.apps.captions.voiced import VoicedAudio
-from rtc_agent.engines.asr.base import SAMPLE_RATE, Segment, TranscribeRequest, Transcript
+from rtc_agent.engines.asr.base import SAMPLE_RATE, TranscribeRequest, Transcript
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
 from rtc_agent.protocol.events import SpeechStarted, SpeechStopped
@@ -110,6 +111,11 @@ class StreamingTranscriber:
     @property
     def buffer_ms(self) -> int:
         return self._buffer.duration_ms
+
+    @property
+    def audio_end_ms(self) -> int:
+        """The end of the audio pushed so far, on the session clock (0 before any)."""
+        return self._recent.end_ms
 
     @property
     def rule(self) -> LanguageRule:
@@ -309,27 +315,15 @@ class StreamingTranscriber:
             self._last_decode_at_ms = now_ms
             self._decoding = task
 
-    def _final_audio(self) -> tuple[np.ndarray, int, str, int, tuple[Segment, ...]]:
-        """What a final decode hears: the utterance to its target, after the earlier speech that fits the
-        budget; with the context's length (ms), its text, where its speech ends (ms into the audio: the last
-        earlier final's end and the tail) and, with ``force_context``, its finals as segments to force."""
+    def _final_audio(self) -> DecodeAudio:
+        """What a final decode hears (:func:`final_audio`): to the pause's tail, or to the final's target."""
         target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
-        start_ms = self._buffer.start_ms
-        audio = self._buffer.audio()[: max(0, (target - start_ms) * SAMPLE_RATE // 1000)]
-        if self.config.context_s > 0 and len(audio) <= self.config.context_max_utterance_s * SAMPLE_RATE:
-            heard = self.earlier.context(target, self._recent.start_ms, start_ms, self.writer.utterance_language,
-                                         self.config.partial_context_ms if self._engine_forces else 0)
-            if heard is not None and heard.begin_ms < start_ms:
-                context = self._recent.slice(heard.begin_ms, start_ms)
-                context_ms = len(context) * 1000 // SAMPLE_RATE
-                speech_ms = min(context_ms, heard.end_ms + self.config.tail_ms - heard.begin_ms)
-                return (np.concatenate([context, audio]) if context_ms else audio, context_ms, heard.text, speech_ms,
-                        heard.segments() if self.config.force_context else ())
-        return audio, 0, "", 0, ()
+        return final_audio(self._buffer, self._recent, self.earlier, self.config, target,
+                           self.writer.utterance_language, self.config.partial_context_ms if self._engine_forces else 0)
 
     async def _decode(self, now_ms: int, final: bool) -> None:
-        audio, context_ms, context_text, context_speech_ms, forced = (
-            self._final_audio() if final else (self._buffer.audio(), 0, "", 0, ()))
+        heard = self._final_audio() if final else DecodeAudio(self._buffer.audio())
+        audio, context_ms = heard.audio, heard.context_ms
         covered = self._buffer.start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
         language = self.writer.utterance_language
@@ -340,7 +334,7 @@ class StreamingTranscriber:
             prefix="" if final else self.writer.committed_text(),
             beam_size=(self.config.final_beam_size or None) if final else 1,
             detect_language=self.rule.fixed is None and (final or language is None), urgent=final, cut_loops=not final,
-            context=forced,
+            context=heard.forced,
         )
         started = time.monotonic()
         try:
@@ -370,8 +364,8 @@ class StreamingTranscriber:
             if transcript is not None and context_ms:
                 self._engine_forces = self._engine_forces or transcript.context_forced
                 self.forced_context_finals += int(transcript.context_forced)
-                transcript = without_context(transcript, context_ms / 1000, context_text, context_speech_ms / 1000,
-                                             VoicedAudio(audio).seconds)
+                transcript = without_context(transcript, context_ms / 1000, heard.context_text,
+                                             heard.context_speech_ms / 1000, VoicedAudio(audio).seconds)
             quiet = self._ending_at is not None or self._pause_at is not None  # else speech resumed while it ran
             at_split = self._covers(covered, self._split_at)  # after a pause that may end a long utterance's part
             self.writer.keep_final(transcript, covered, quiet=quiet or at_split)

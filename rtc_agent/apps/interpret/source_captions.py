@@ -112,7 +112,7 @@ class SourceCaptions:
         """The session ends: the last utterance gets its final caption (within ``timeout`` s), as in the captions
         app; new audio is ignored from now on."""
         self._closing = True
-        await finish_finals(self.transcriber, lambda: self.judged_until_ms, self.now_ms(), timeout, self.emit)
+        await finish_finals(self.transcriber, lambda: self.judged_until_ms, timeout, self.emit)
 
     def stats(self) -> dict[str, Any]:
         return {**self.transcriber.stats(), "in_speech": self.segmenter.in_speech}
