@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -180,6 +181,34 @@ async def test_after_a_cut_the_engine_computes_the_cut_context_before_the_next_f
     assert mt_engine.calls == ["translate"] * 5 + ["prime"] + ["translate"] * 3 + ["prime", "translate"]
     assert translator.stats()["primes"] == 2 and translator.stats()["errors"] == 0
     assert [e.type for e in events] == ["translation.chunk"] * 9
+
+
+async def test_a_final_that_arrives_during_a_prime_is_translated_without_waiting_for_it() -> None:
+    """A prime computes the cut context ahead; a final that arrives first has its translation compute it anyway,
+    so the translator gives the prime up (a prime still queued behind other rooms' work then never runs)."""
+    mt_engine, events, held = ScriptedMT(), [], threading.Event()
+    mt_engine.prime_gate = held  # the prime runs until the test lets it go
+    worker = Worker()
+    register(worker, "mt", mt_engine, concurrency=2)  # (the held prime leaves a thread for the translation)
+    translator = FinalsTranslator(worker, "es", events.append, lambda: 20_000)
+    translator.context = [(f"line {i}", f"[es] line {i}") for i in range(4)]
+    task = asyncio.ensure_future(translator.run())
+    try:
+        for i in (4, 5):
+            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
+                                         audio_end_ms=i * 1000 + 900, language="en"))
+            for _ in range(500):
+                if len(mt_engine.primed) == 1 and len(events) == i - 3:
+                    break
+                await asyncio.sleep(0.01)
+        await asyncio.wait_for(translator.drained(), 10)
+        assert not held.is_set() and [e.text for e in events] == ["[es] line 4", "[es] line 5"]
+        assert mt_engine.requests[-1].context == mt_engine.primed[0].context  # what the prime was computing
+        assert translator.stats()["primes"] == 0 and translator.stats()["primes_dropped"] == 1
+    finally:
+        held.set()
+        task.cancel()
+        await worker.close()
 
 
 async def test_a_failed_prime_costs_no_translation_and_tells_no_listener() -> None:

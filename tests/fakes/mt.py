@@ -20,7 +20,8 @@ fails them instead); ``calls`` is the order of both (``"translate"``/``"prime"``
 
     The real base checks each request (``max_chars``, ``targets``: a set limits what it produces, ``None`` any);
     text already in the target language comes back unchanged without reaching the script. ``gate`` (set to a
-    ``threading.Event``) makes each translation wait until it is set: a test can hold translations in flight.
+    ``threading.Event``) makes each translation wait until it is set, ``prime_gate`` each prime: a test can hold them in
+    flight.
     """
 
     label = "scripted"
@@ -36,6 +37,7 @@ fails them instead); ``calls`` is the order of both (``"translate"``/``"prime"``
         self.prime_error: Exception | None = None
         self.calls: list[str] = []
         self.gate: threading.Event | None = None
+        self.prime_gate: threading.Event | None = None
         self._lock = threading.Lock()
 
     def translate(self, request: TextTranslateRequest) -> str:
@@ -54,6 +56,8 @@ fails them instead); ``calls`` is the order of both (``"translate"``/``"prime"``
         with self._lock:
             self.primed += requests
             self.calls += ["prime"] * len(requests)
+        if self.prime_gate is not None:
+            self.prime_gate.wait(30)
         if self.prime_error is not None:
             raise self.prime_error
         return [True] * len(requests)

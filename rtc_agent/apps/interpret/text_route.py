@@ -94,7 +94,7 @@ class FinalsTranslator:
         self._in_flight = False
         self._cut = False  # the last translation cut the context back
         self._source = source_language  # the language of the last final translated
-        self.primes = 0
+        self.primes = self.primes_dropped = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -149,7 +149,7 @@ class FinalsTranslator:
             try:
                 await self.translate(final)
                 if self._cut and not self.pending:  # (a waiting final's translation computes it anyway)
-                    await self._prime_quietly()
+                    await self._prime_until_a_final()
             except AgentError as exc:
                 self.errors += 1
                 log.warning("text interpretation into %s failed: %s", self.target, exc)
@@ -198,14 +198,27 @@ class FinalsTranslator:
                                prime_request(self._source, self.target, list(self.context)), timeout=self.timeout_s)
         self.primes += 1
 
-    async def _prime_quietly(self) -> None:
-        """:meth:`prime`; a failure is logged only (nothing a listener misses: the next translation computes it)."""
+    async def _prime_until_a_final(self) -> None:
+        """:meth:`prime` until a final arrives: then its translation computes the context itself, so the prime is
+        given up (``primes_dropped``; one still queued never runs, one running finishes its batch unheard). A
+        failure is logged only (nothing a listener misses: the next translation computes it)."""
+        prime = asyncio.ensure_future(self.prime())
+        arrived = asyncio.ensure_future(self.pending.wait())
         try:
-            await self.prime()
-        except AgentError as exc:
-            log.info("priming the translation context into %s failed: %s", self.target, exc)
+            await asyncio.wait((prime, arrived), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            arrived.cancel()
+            if not prime.done():
+                prime.cancel()
+                self.primes_dropped += 1
+            outcome = (await asyncio.gather(prime, arrived, return_exceptions=True))[0]
+        if isinstance(outcome, AgentError):
+            log.info("priming the translation context into %s failed: %s", self.target, outcome)
+        elif isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome
 
     def stats(self) -> dict[str, Any]:
         return {"target": self.target, "texts": self.texts, "pending": len(self.pending), "dropped": self.dropped,
-                "errors": self.errors, "primes": self.primes, "lag_ms": self.last_lag_ms,
+                "errors": self.errors, "primes": self.primes,
+                "primes_dropped": self.primes_dropped, "lag_ms": self.last_lag_ms,
                 "latency_ms": self.last_latency_ms}

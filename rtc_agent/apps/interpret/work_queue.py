@@ -38,10 +38,14 @@ class WorkQueue(Generic[T]):
 
     async def get(self) -> T:
         """The oldest item, waiting for one when there is none."""
+        await self.wait()
+        return self._items.popleft()
+
+    async def wait(self) -> None:
+        """Return once an item waits (at once when one does), taking none."""
         while not self._items:
             self._wake.clear()
             await self._wake.wait()
-        return self._items.popleft()
 
     def popleft(self) -> T:
         """Take the oldest item now (``IndexError`` when empty)."""
