@@ -3,7 +3,7 @@ what the listener's interpreter voice did, and when the listener heard it."""
 
 from __future__ import annotations
 
-from rtc_agent.bench.call_sfu import lag_parts, spoken_lags
+from rtc_agent.bench.call_sfu import _lag_p90_ratio, lag_parts, spoken_lags
 from rtc_agent.bench.common import speech_summary
 
 
@@ -52,3 +52,10 @@ def test_spoken_lags_time_each_spoken_text_from_the_end_of_its_source_speech() -
     assert spoken == [{"lag_ms": 2000, "heard_ms": 80}, {"lag_ms": 4800, "heard_ms": None}]
     assert spoken_lags(events, times, onsets=[]) == [{"lag_ms": 2000, "heard_ms": None},
                                                      {"lag_ms": 4800, "heard_ms": None}]
+
+
+def test_the_rooms_lag_is_compared_with_the_same_speech_in_a_2_person_call() -> None:
+    room = {"interpretation_lag_ms": {"p50": 2.0, "p90": 2.7, "count": 240}}
+    assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": 1.5, "p90": 1.8, "count": 8}}) == 1.5
+    assert _lag_p90_ratio(room, None) is None  # --no-sfu-call
+    assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": None, "p90": None, "count": 0}}) is None

@@ -4,7 +4,9 @@ A real server process (every engine loaded) with ``sfu_url`` pointing at a Janus
 benchmark starts: :mod:`rtc_agent.bench.janus_local`). One speaker (English, espeak-ng) holds its call session
 for events and publishes its audio to Janus from an aiortc peer; N listener sessions (role ``listener``, listen
 languages round-robin over ``--sfu-languages``) each subscribe, through Janus with their own token, to their
-language's interpreter feed. Rooms of 3 listeners and of N are measured one after the other:
+language's interpreter feed. Rooms of 3 listeners and of N are measured one after the other, after (unless
+``--no-sfu-call``) the same speech in a 2-person call, the speaker and one listener in the first language (``call``,
+the interpretation lag target's baseline: ``lag_p90_vs_call``, the room of N's lag p90 over the call's):
 
 - server CPU: user + system seconds of the server process while the speech plays (and ``SETTLE_S`` after), per
   second; ``cpu_ratio_vs_3``: the room of N over the room of 3 (target: within 15 %);
@@ -271,6 +273,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             max_sessions=args.listeners + 8,  # (listeners do not count against the call capacity)
             admission_max_queue_delay_ms=0.0,  # the room is measured here, not admission
             also_load=("mt", "tts-kokoro")))
+        call = None
+        if args.sfu_call:
+            print(f"the same speech in a 2-person call (one listener, {languages[0]}) ...", flush=True)
+            call = await run_room(server.base_url, server, ws_url, secret, 1, languages[:1], sentences)
+            print(call, flush=True)
         rooms = []
         for n in sorted({3, args.listeners}):
             print(f"SFU room with {n} listeners ...", flush=True)
@@ -278,10 +285,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(rooms[-1], flush=True)
     ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
     return {"benchmark": "call-sfu", "sentences": len(sentences), "rooms": rooms,
+            "call": call, "lag_p90_vs_call": _lag_p90_ratio(rooms[-1], call),
             "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
             "targets": TARGETS, "listener_media": {"process": "child", "nice": LISTENER_NICE}, "note": args.sfu_note,
             "load_1min_before": round(load_before, 2),
             "machine": machine()}
+
+
+def _lag_p90_ratio(room: dict[str, Any], call: dict[str, Any] | None) -> float | None:
+    """The room's interpretation lag p90 over the 2-person call's (None without both)."""
+    if call is None:
+        return None
+    ours, theirs = room["interpretation_lag_ms"]["p90"], call["interpretation_lag_ms"]["p90"]
+    return round(ours / theirs, 3) if ours and theirs else None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -293,6 +309,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sfu-sentences", type=int, default=DEFAULT_SENTENCES,
                         help=f"with --sfu: English sentences the speaker says (1-{len(SENTENCES)}; more: a steadier "
                              "lag p90)")
+    parser.add_argument("--sfu-call", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --sfu: first measure the same speech in a 2-person call (the speaker and one "
+                             "listener in the first of --sfu-languages, through the same Janus): the lag target's "
+                             "baseline, reported as call and lag_p90_vs_call")
     parser.add_argument("--sfu-url", default="", help="with --sfu: a Janus WebSocket API (default: start one)")
     parser.add_argument("--sfu-api-secret", default="", help="with --sfu and --sfu-url: its api_secret")
     parser.add_argument("--sfu-note", default="", help="with --sfu: a note stored in the JSON")
