@@ -207,10 +207,11 @@ class FinalsTranslator:
         try:
             await asyncio.wait((prime, arrived), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            final_came = arrived.done() and not arrived.cancelled()  # (else the session ends)
             arrived.cancel()
             if not prime.done():
                 prime.cancel()
-                self.primes_dropped += 1
+                self.primes_dropped += final_came
             outcome = (await asyncio.gather(prime, arrived, return_exceptions=True))[0]
         if isinstance(outcome, AgentError):
             log.info("priming the translation context into %s failed: %s", self.target, outcome)
