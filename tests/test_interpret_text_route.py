@@ -21,6 +21,7 @@ from rtc_agent.rtc.speech_output import SpeechOutput
 from rtc_agent.worker import Worker
 from tests.fakes import ScriptedAppContext, ScriptedASR, ScriptedMT, ScriptedTTS, ScriptedVAD, loud_above, register
 from tests.test_interpret_source import speak
+from tests.test_worker import wait_until
 
 SR = 16000
 SPOKEN = "good morning everyone"
@@ -123,6 +124,12 @@ def test_without_a_text_translator_only_english_is_offered(voices: None) -> None
     assert InterpretApp.validate_config({"direction": "es-en"}, ctx.settings)["target_language"] == "en"
 
 
+def line_final(i: int) -> CaptionFinal:
+    """The ``i``-th final of a speaker who says "line 0", "line 1", ... a second apart."""
+    return CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000, audio_end_ms=i * 1000 + 900,
+                        language="en")
+
+
 async def translate_lines(mt_engine: ScriptedMT, lines: int, events: list[Any], *, max_pending: int = 16,
                           one_by_one: bool = False) -> FinalsTranslator:
     """Push ``lines`` finals ("line 0", ...) and a blank one into a translator on ``mt_engine``, run it until it
@@ -134,8 +141,7 @@ async def translate_lines(mt_engine: ScriptedMT, lines: int, events: list[Any], 
     task = asyncio.ensure_future(translator.run())  # (it starts at the first wait: after a burst of finals)
     try:
         for i in range(lines):
-            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
-                                         audio_end_ms=i * 1000 + 900, language="en"))
+            translator.push(line_final(i))
             if one_by_one:
                 await asyncio.wait_for(translator.drained(), 10)
         translator.push(CaptionFinal(segment_id="blank", text="  ", audio_start_ms=0, audio_end_ms=1))
@@ -195,12 +201,8 @@ async def test_a_final_that_arrives_during_a_prime_is_translated_without_waiting
     task = asyncio.ensure_future(translator.run())
     try:
         for i in (4, 5):
-            translator.push(CaptionFinal(segment_id=f"s{i}", text=f"line {i}", audio_start_ms=i * 1000,
-                                         audio_end_ms=i * 1000 + 900, language="en"))
-            for _ in range(500):
-                if len(mt_engine.primed) == 1 and len(events) == i - 3:
-                    break
-                await asyncio.sleep(0.01)
+            translator.push(line_final(i))
+            await wait_until(lambda i=i: len(mt_engine.primed) == 1 and len(events) == i - 3, timeout=10)
         await asyncio.wait_for(translator.drained(), 10)
         assert not held.is_set() and [e.text for e in events] == ["[es] line 4", "[es] line 5"]
         assert mt_engine.requests[-1].context == mt_engine.primed[0].context  # what the prime was computing
