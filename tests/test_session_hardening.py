@@ -146,6 +146,26 @@ async def test_delete_returns_in_bounded_time_when_close_hangs(start_server, mon
     await peer.close(delete=False)
 
 
+async def test_a_client_peer_closes_in_bounded_time_when_its_peer_connection_hangs(start_server, monkeypatch):
+    """aiortc's close() can wait for good; the client (tests, benchmarks) still ends, its transports stopped."""
+    from rtc_agent.rtc import client as client_module
+
+    monkeypatch.setattr(client_module, "PC_CLOSE_TIMEOUT_S", 0.5)
+    server = await start_server()
+    peer = ClientPeer(server.url, "echo")
+    await peer.connect()
+    await peer.wait_for("session.created")
+
+    async def hang() -> None:
+        await asyncio.sleep(3600)
+
+    peer.pc.close = hang
+    started = time.monotonic()
+    await asyncio.wait_for(peer.close(), 10)
+    assert time.monotonic() - started < 4 and not peer._tasks
+    await wait_until(lambda: peer.session_id not in server.registry.active)
+
+
 # --- hostile JSON on the data channel --------------------------------------------------------------------------
 
 async def test_hostile_json_gets_an_error_and_the_session_goes_on(server):

@@ -22,8 +22,10 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
+from rtc_agent.rtc.peer_close import PC_CLOSE_TIMEOUT_S, close_peer_connection
 
 RECEIVED_AUDIO_LIMIT_S = 600  # the client keeps at most this much received audio
+TASKS_END_TIMEOUT_S = 5.0  # close() waits this long for its cancelled tasks
 
 
 class SessionRefused(Exception):
@@ -209,14 +211,16 @@ class ClientPeer:
             return resp.status
 
     async def close(self, *, delete: bool = True) -> None:
-        """End the session (DELETE unless ``delete=False``), close the peer connection and stop every task."""
+        """End the session (DELETE unless ``delete=False``), close the peer connection and stop every task, in
+        bounded time (:func:`~rtc_agent.rtc.peer_close.close_peer_connection`)."""
         if delete and self.session_id is not None and not self.http.closed:
             with contextlib.suppress(aiohttp.ClientError):
                 await self.delete()
         for task in self._tasks:
             task.cancel()
-        await self.pc.close()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=f"client of {self.session_id}")
+        if self._tasks:  # (a reader that ignores its cancellation is left behind, not waited for)
+            await asyncio.wait(self._tasks, timeout=TASKS_END_TIMEOUT_S)
         self._tasks.clear()
         if self._own_http and self._http is not None:
             await self._http.close()

@@ -40,9 +40,10 @@ from rtc_agent.rtc.candidates import CandidateFilter
 from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.rtc.offer import check_offer
+from rtc_agent.rtc.peer_close import PC_CLOSE_TIMEOUT_S, close_peer_connection
 from rtc_agent.server.ice import server_ice_servers
 from rtc_agent.server.session_context import SessionContext
-from rtc_agent.server.session_end import ClosingSession, announce_end, close_peer_connection, wait_tasks
+from rtc_agent.server.session_end import ClosingSession, announce_end, wait_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,6 @@ EVENT_QUEUE_LIMIT = 64
 WATCHDOG_PERIOD_S = 0.5
 METRICS_PERIOD_S = 2.0
 SIGNALING_TIMEOUT_S = 10.0  # applying the offer and gathering local candidates
-PC_CLOSE_TIMEOUT_S = 5.0
 TASKS_TIMEOUT_S = 3.0  # cancelled tasks finishing
 ENDED_DRAIN_S = 0.5  # session.ended leaving the data channel
 SESSION_CANDIDATES_FACTOR = 5  # a session takes at most this many PATCHes' worth of candidates
@@ -307,7 +307,7 @@ class Session(SessionContext, ClosingSession):
         for task in tasks:
             task.cancel()
         # closing the peer connection ends the incoming tracks, so their readers return
-        await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=self.id)
+        await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=f"session {self.id}")
         await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
 
     # --- reporting ---

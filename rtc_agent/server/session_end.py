@@ -1,8 +1,8 @@
 """How a session ends: the words of ``session.ended``, and teardown steps that always finish in bounded time.
 
-aiortc's ``RTCPeerConnection.close()`` can raise part-way (a transceiver left without a transport) and then
-never completes on a second call; a task may ignore cancellation. Each helper here has a deadline, logs what
-went wrong and never raises (except ``CancelledError`` of the caller itself), so ``Session.close`` always ends.
+A task may ignore cancellation (the peer connection's own bounded close is :mod:`rtc_agent.rtc.peer_close`). Each
+helper here has a deadline, logs what went wrong and never raises (except ``CancelledError`` of the caller itself),
+so ``Session.close`` always ends.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
-
-from aiortc import RTCPeerConnection
 
 from rtc_agent.protocol.events import SessionEnded
 from rtc_agent.rtc.event_channel import EventChannel
@@ -56,29 +54,6 @@ async def announce_end(channel: EventChannel, reason: str, drain_s: float, *, na
         await channel.drain(drain_s)
     except Exception:
         log.exception("session %s: sending session.ended failed", name)
-
-
-async def close_peer_connection(pc: RTCPeerConnection, timeout: float, *, name: str = "") -> bool:
-    """Close ``pc`` within ``timeout`` seconds. When ``close()`` raises or hangs, stop whatever transports the
-    connection still holds, each within a second. Returns whether the regular close worked."""
-    try:
-        await asyncio.wait_for(pc.close(), timeout)
-        return True
-    except Exception as exc:  # TimeoutError included
-        log.warning("session %s: closing the peer connection failed (%s); stopping its transports",
-                    name, repr(exc)[:200])
-    transports: list[Any] = []
-    for attr in ("_RTCPeerConnection__dtlsTransports", "_RTCPeerConnection__iceTransports"):
-        transports.extend(getattr(pc, attr, ()) or ())
-    sctp = getattr(pc, "_RTCPeerConnection__sctp", None)
-    if sctp is not None:
-        transports.insert(0, sctp)
-    for transport in transports:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(transport.stop(), 1.0)
-    with contextlib.suppress(Exception):
-        pc.remove_all_listeners()
-    return False
 
 
 async def wait_tasks(tasks: Iterable[asyncio.Task], timeout: float, *, name: str = "") -> None:

@@ -28,12 +28,12 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 import rtc_agent.rtc.sfu.videoroom as videoroom
 from rtc_agent.rtc.audio_input import AudioInput
 from rtc_agent.rtc.clock import SessionClock
+from rtc_agent.rtc.peer_close import close_peer_connection
 from rtc_agent.rtc.sfu.janus_client import JanusClient, JanusError, JanusHandle
 from rtc_agent.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-PC_CLOSE_TIMEOUT_S = 5.0
 SETUP_TIMEOUT_S = 15.0
 
 
@@ -43,11 +43,6 @@ async def _drain(track: MediaStreamTrack) -> None:
             await track.recv()
     except MediaStreamError:
         return
-
-
-async def _close_pc(pc: RTCPeerConnection) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(pc.close(), PC_CLOSE_TIMEOUT_S)
 
 
 async def _end_handle(handle: JanusHandle | None, request: str) -> None:
@@ -119,7 +114,7 @@ class FeedSubscriber:
             return
         self.closed = True
         await _end_handle(self.handle, "leave")
-        await _close_pc(self.pc)  # ends the tracks, so the readers return
+        await close_peer_connection(self.pc, name="sfu peer")  # ends the tracks, so the readers return
         for task in self.tasks:
             await cancel_and_wait(task)
         self.tasks.clear()
@@ -175,4 +170,4 @@ class FeedPublisher:
             return
         self.closed = True
         await _end_handle(self.handle, "leave")
-        await _close_pc(self.pc)
+        await close_peer_connection(self.pc, name="sfu peer")
