@@ -59,6 +59,7 @@ def shared_worker(chat: ScriptedChat, built: list[ScriptedChat], **values: objec
 def test_the_defaults_share_the_llm_and_other_models_do_not() -> None:
     specs = {spec.name: spec for spec in all_engine_specs(Settings())}
     assert specs["mt"].shares == "llm" and specs["mt"].urgent and mt.shares_llm(Settings())
+    assert specs["mt-prime"].background and not specs["mt-prime"].urgent  # after an agent's turns too
     assert list(specs).index("llm") < list(specs).index("mt")  # registered after the engine it runs on
     for same in ({"mt_model": "qwen"}, {"llm_model": "qwen2.5-coder-0.5b", "mt_model": ""},
                  {"llm_engine": "smollm", "mt_engine": "embedded"}):

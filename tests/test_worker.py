@@ -152,6 +152,27 @@ async def test_urgent_requests_are_taken_before_the_others(worker: Worker) -> No
     assert [[r.name for r in b] for b in engine.batches] == [["running"], ["f1", "f2"], ["p1", "p2"], ["p3"]]
 
 
+async def test_background_requests_wait_for_every_other_kind_and_count_in_no_queue_delay(worker: Worker) -> None:
+    """A background engine on a shared lane (the translator computing its context ahead) is taken after the
+    host's own waiting requests (an agent's turn), even ones queued later; its wait is not the lane's load."""
+    gate = threading.Event()
+    engine = make(worker, FakeEngine(gate=gate))
+    worker.add(EngineSpec("fake-ahead", lambda: engine, shares="fake", adapt=lambda host: host, background=True))
+    first = asyncio.ensure_future(worker.call("fake", "running"))
+    await wait_until(engine.started.is_set)
+    ahead = asyncio.ensure_future(worker.call("fake-ahead", "ahead"))
+    await asyncio.sleep(0.3)
+    assert worker.recent_queue_delays_ms(60)["fake"] < 150  # (the background request has waited 300 ms)
+    turn = asyncio.ensure_future(worker.call("fake", "turn"))
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(first, ahead, turn)
+    assert engine.batches == [["running"], ["turn"], ["ahead"]]
+    assert worker.recent_queue_delays_ms(60)["fake"] < 150
+    with pytest.raises(ValueError, match="urgent or background"):
+        EngineSpec("both", lambda: engine, urgent=True, background=True)
+
+
 async def test_queue_bound_rejects_with_engine_overloaded(worker: Worker) -> None:
     gate = threading.Event()
     engine = make(worker, FakeEngine(gate=gate), max_queue=2)

@@ -78,7 +78,8 @@ class EngineSpec:
       embedded LLM): its queue, its threads, its loaded engine and its priority hooks. ``adapt(host)`` makes this
       engine from the lane's loaded engine, once, on the event loop (a thin wrapper: it must not load or block);
       ``max_queue`` bounds this engine's share of the host's queue; with ``urgent`` its requests are taken before
-      the host's own waiting requests (never interrupting a running batch); its ``max_batch`` and
+      the host's own waiting requests (never interrupting a running batch), with ``background`` after every other
+      waiting request of the lane (work nobody waits for: an agent's turn overtakes it); its ``max_batch`` and
       ``batch_window_ms`` bound the batches of its own requests (a batch on a shared lane holds one engine's
       requests). When no engine of that name is registered, the spec gets a lane of its own from ``factory`` like
       any other (``adapt`` unused), so a worker with only this engine still serves it.
@@ -97,10 +98,13 @@ class EngineSpec:
     shares: str | None = None
     adapt: Callable[[Engine], Engine] | None = None
     urgent: bool = False
+    background: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("EngineSpec.name must not be empty")
+        if self.urgent and self.background:
+            raise ValueError(f"EngineSpec {self.name!r}: a request kind is urgent or background, not both")
         if self.shares is not None and (self.shares == self.name or not callable(self.adapt)):
             raise ValueError(f"EngineSpec {self.name!r}: shares needs another engine's name and a callable adapt")
         if not callable(self.factory):

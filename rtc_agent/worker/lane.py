@@ -115,7 +115,8 @@ class EngineLane:
         if self._is_closed():
             raise closed_error(name)
         loop = asyncio.get_running_loop()
-        pending = PendingRequest(request, loop.create_future(), time.monotonic(), view=view, urgent=spec.urgent)
+        pending = PendingRequest(request, loop.create_future(), time.monotonic(), view=view, urgent=spec.urgent,
+                                 background=spec.background)
         own_full = bool(self.views) and self.queue.live_of(view) >= spec.max_queue  # each its own share
         if own_full or not self.queue.put_nowait(pending):
             owner.rejected += 1
@@ -318,14 +319,15 @@ class EngineLane:
         for pending in batch:
             delay = max(0.0, start - pending.enqueued)
             owner.queue_delay_total += delay
-            self.recent_delays.append((start, delay))
+            if not pending.background:  # (nobody waits for it: the lane's load is what others wait)
+                self.recent_delays.append((start, delay))
             delay_hist.observe(delay)
 
     # introspection ------------------------------------------------------------------------------------------
 
     def recent_queue_delay_ms(self, seconds: float) -> float:
         """The longest time (ms) a request waited in the queue over the last ``seconds``, counting requests
-        still waiting now."""
+        still waiting now (background requests not: nobody waits for them)."""
         now = time.monotonic()
         taken = [d for at, d in self.recent_delays if now - at <= seconds]
         waiting = self.queue.oldest_age(now)

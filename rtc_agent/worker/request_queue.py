@@ -1,4 +1,5 @@
-"""The bounded, single-consumer request queue of one engine: urgent requests first, abandoned ones skipped."""
+"""The bounded, single-consumer request queue of one engine: urgent requests first, background ones last, abandoned
+ones skipped."""
 
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ ANY: Any = object()
 class PendingRequest:
     """One queued request: its payload, the caller's future and when it was queued (``time.monotonic``);
     ``view``: the engine sharing the lane it is for (``EngineSpec.shares``; None: the lane's own engine);
-    ``urgent``: taken before the non-urgent ones, whatever the request says."""
+    ``urgent``: taken before the non-urgent ones, whatever the request says; ``background``: taken after every
+    other kind (work nobody waits for, such as computing a translation context ahead)."""
 
     request: Any
     future: asyncio.Future[Any]
     enqueued: float
     view: str | None = None
     urgent: bool = False
+    background: bool = False
 
 
 class RequestQueue:
     """A bounded queue of pending requests with a single consumer (the dispatcher): urgent requests (a request
     whose ``urgent`` attribute is true: a result a person is waiting for, such as a caption's final decode; or a
-    pending request marked ``urgent``) come out before the others, each kind in arrival order.
+    pending request marked ``urgent``) come out before the others and requests marked ``background`` after all the
+    others, each kind in arrival order.
 
     Requests whose caller has gone (future done: cancelled or timed out) are skipped by ``get`` and purged
     when the queue is full, so abandoned requests never hold queue slots or reach the engine.
@@ -38,14 +42,19 @@ class RequestQueue:
         self.maxsize = maxsize
         self._urgent: deque[PendingRequest] = deque()
         self._items: deque[PendingRequest] = deque()
+        self._background: deque[PendingRequest] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._urgent) + len(self._items)
+        return sum(map(len, self._tiers()))
+
+    def _tiers(self) -> tuple[deque[PendingRequest], ...]:
+        """The kinds of request in the order they are taken."""
+        return self._urgent, self._items, self._background
 
     def _all(self) -> Iterator[PendingRequest]:
-        yield from self._urgent
-        yield from self._items
+        for items in self._tiers():
+            yield from items
 
     def live(self) -> int:
         """Requests still waiting for a caller."""
@@ -56,28 +65,30 @@ class RequestQueue:
         return sum(1 for p in self._all() if p.view == view and not p.future.done())
 
     def oldest_age(self, now: float) -> float:
-        """Seconds the oldest live request has waited (0.0 when none)."""
-        ages = [now - p.enqueued for p in self._all() if not p.future.done()]
+        """Seconds the oldest live request other than a background one has waited (0.0 when none)."""
+        ages = [now - p.enqueued for p in self._all() if not p.future.done() and not p.background]
         return max(0.0, max(ages)) if ages else 0.0
 
     def put_nowait(self, pending: PendingRequest) -> bool:
         """Queue ``pending``; False when the queue is full of live requests."""
         if len(self) >= self.maxsize:
-            self._urgent = deque(p for p in self._urgent if not p.future.done())
-            self._items = deque(p for p in self._items if not p.future.done())
+            for items in self._tiers():
+                self._drop_done(items)
             if len(self) >= self.maxsize:
                 return False
-        urgent = pending.urgent or getattr(pending.request, "urgent", False)
-        (self._urgent if urgent else self._items).append(pending)
+        if pending.urgent or getattr(pending.request, "urgent", False):
+            self._urgent.append(pending)
+        else:
+            (self._background if pending.background else self._items).append(pending)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
         return True
 
     def get_nowait(self, view: Any = ANY) -> PendingRequest | None:
-        """The oldest live urgent request, else the oldest live other one, or None. With ``view`` (an engine
-        sharing the lane, or None for the lane's own): the oldest live one of that engine, the others staying
-        where they are."""
-        for items in (self._urgent, self._items):
+        """The oldest live urgent request, else the oldest live other one, else the oldest live background one,
+        or None. With ``view`` (an engine sharing the lane, or None for the lane's own): the first of those of that
+        engine, the others staying where they are."""
+        for items in self._tiers():
             if view is not ANY:
                 self._drop_done(items)
                 for index, pending in enumerate(items):
@@ -124,7 +135,7 @@ class RequestQueue:
     def drain(self) -> list[PendingRequest]:
         """Remove and return everything queued."""
         items = list(self._all())
-        self._urgent.clear()
-        self._items.clear()
+        for tier in self._tiers():
+            tier.clear()
         return items
 

@@ -63,7 +63,8 @@ __all__ = [
 
 ENGINE_NAME = "mt"
 #: the embedded engine's background work (``ContextPrimeRequest``) on the same lane and model as ``mt``: its own
-#: batches, queued after the translations, and no voice or recogniser steps aside for them
+#: batches, taken after every other waiting request of the lane (translations, an agent's turns), and no voice or
+#: recogniser steps aside for them
 PRIME_ENGINE_NAME = "mt-prime"
 KINDS = ("auto", "embedded", "openai", "ctranslate2", "none")
 #: the worker's LLM engine (``rtc_agent.engines.register_engines`` registers it before this one)
@@ -193,5 +194,5 @@ def engine_specs(settings: Any) -> list[EngineSpec]:
         return host if isinstance(host, ChatTranslationEngine) else adapt(host)
 
     prime = dataclasses.replace(own, name=PRIME_ENGINE_NAME, shares=ENGINE_NAME, adapt=adapt_prime, urgent=False,
-                                max_queue=16)
+                                background=True, max_queue=16)
     return [own, prime]
