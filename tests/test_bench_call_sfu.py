@@ -3,6 +3,8 @@ what the listener's interpreter voice did, and when the listener heard it."""
 
 from __future__ import annotations
 
+import pytest
+
 from rtc_agent.bench.call_sfu import _lag_p90_ratio, lag_parts, spoken_lags
 from rtc_agent.bench.common import speech_summary
 
@@ -59,3 +61,18 @@ def test_the_rooms_lag_is_compared_with_the_same_speech_in_a_2_person_call() -> 
     assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": 1.5, "p90": 1.8, "count": 8}}) == 1.5
     assert _lag_p90_ratio(room, None) is None  # --no-sfu-call
     assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": None, "p90": None, "count": 0}}) is None
+
+
+@pytest.mark.real_model  # (Silero VAD finds the sentences)
+def test_the_speaker_says_the_sentences_a_second_apart() -> None:
+    """The speaker's audio (espeak-ng here; ``--sfu-voice human`` takes recorded prompts the same way): a second of
+    silence before, between and after the sentences, 48 kHz."""
+    import numpy as np
+
+    from rtc_agent.bench.audio import load_audio_array, speech_segments_ms
+    from rtc_agent.bench.call_sfu import speaker_speech
+
+    pcm = speaker_speech("espeak", 2)
+    assert pcm.dtype == np.int16 and not pcm[:48000].any() and not pcm[-48000:].any()
+    segments = speech_segments_ms(load_audio_array(pcm), 700)
+    assert len(segments) == 2 and segments[1][0] - segments[0][1] >= 800, segments

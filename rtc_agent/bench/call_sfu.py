@@ -1,7 +1,8 @@
 """``rtc-agent bench call --sfu --listeners N --sfu-languages es,de,it``: an interpreted webinar through Janus.
 
 A real server process (every engine loaded) with ``sfu_url`` pointing at a Janus (``--sfu-url``, or one this
-benchmark starts: :mod:`rtc_agent.bench.janus_local`). One speaker (English, espeak-ng) holds its call session
+benchmark starts: :mod:`rtc_agent.bench.janus_local`). One speaker (English: espeak-ng, or with ``--sfu-voice
+human`` a woman's recorded voice, the Asterisk prompts of the captions' speech set) holds its call session
 for events and publishes its audio to Janus from an aiortc peer; N listener sessions (role ``listener``, listen
 languages round-robin over ``--sfu-languages``) each subscribe, through Janus with their own token, to their
 language's interpreter feed. Rooms of 3 listeners and of N are measured one after the other, after (unless
@@ -38,6 +39,8 @@ import contextlib
 import os
 import time
 from typing import Any
+
+import numpy as np
 
 from rtc_agent.bench.audio import load_audio_48k
 from rtc_agent.bench.common import local_server, machine, percentile_ms, speech_summary, write_json
@@ -165,8 +168,30 @@ def _parts_summary(parts: list[dict[str, int]]) -> dict[str, Any]:
             for key in ("caption_ms", "wait_ms", "mt_ms")} | {"count": len(parts)}
 
 
+def speaker_speech(voice: str, count: int) -> np.ndarray:
+    """What the speaker says, 48 kHz int16: ``count`` sentences with a second of silence between them (and before
+    and after), spoken by espeak-ng (``voice`` ``espeak``: :data:`SENTENCES`) or recorded (``human``: every
+    ``len/count``-th usable Asterisk prompt of 6-16 words, its own silence trimmed; packages as the speech set
+    gets them)."""
+    if voice == "espeak":
+        return load_audio_48k(espeak_clip(SENTENCES[:count], "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
+    from rtc_agent.bench.speech_set import HUMAN_DIR, default_dir, human_prompts, human_root, speech_span
+    from rtc_agent.rtc.sources import load_audio
+
+    root = human_root(default_dir())
+    prompts = [p for p in human_prompts(root) if 6 <= len(p[1].split()) <= 16]
+    chosen = prompts[::max(1, len(prompts) // count)][:count]
+    gap = np.zeros(48000, dtype=np.int16)
+    parts = [gap]
+    for name, _ in chosen:
+        pcm = load_audio(root / HUMAN_DIR / f"{name}.g722", 48000)
+        start, end = speech_span(pcm, 48000)
+        parts += [pcm[start:end], gap]
+    return np.concatenate(parts)
+
+
 async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
-                   languages: list[str], sentences: list[str]) -> dict[str, Any]:
+                   languages: list[str], speech: np.ndarray) -> dict[str, Any]:
     room = f"sfu-bench-{n}-{int(time.time())}"
     janus = await JanusClient(ws_url, api_secret=secret).connect()
     speaker = ClientPeer(base_url, "call", receive_audio=False,
@@ -192,7 +217,6 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             {"feed": feeds[listeners[i].config["listen_language"]], "token": _joined(listeners[i])["sfu"]["token"]}
             for i in fed], nice=LISTENER_NICE)
         await media.start()
-        speech = load_audio_48k(espeak_clip(sentences, "en", lead_s=1.0, gap_s=1.0, tail_s=1.0))
         cpu0, wall0 = server.cpu_seconds(), time.monotonic()
         publisher = FeedPublisher(janus, sfu["room"], PcmSourceTrack(speech, 48000, tail="silence"),
                                   display=sfu["display"], token=sfu["token"])
@@ -261,7 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--listeners must be at least 3 and --sfu-languages name at least one language")
     if not 1 <= args.sfu_sentences <= len(SENTENCES):
         raise SystemExit(f"--sfu-sentences must be 1 to {len(SENTENCES)}")
-    sentences = SENTENCES[:args.sfu_sentences]
+    speech = speaker_speech(args.sfu_voice, args.sfu_sentences)
     load_before = os.getloadavg()[0]
     async with contextlib.AsyncExitStack() as stack:
         if args.sfu_url:
@@ -276,15 +300,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         call = None
         if args.sfu_call:
             print(f"the same speech in a 2-person call (one listener, {languages[0]}) ...", flush=True)
-            call = await run_room(server.base_url, server, ws_url, secret, 1, languages[:1], sentences)
+            call = await run_room(server.base_url, server, ws_url, secret, 1, languages[:1], speech)
             print(call, flush=True)
         rooms = []
         for n in sorted({3, args.listeners}):
             print(f"SFU room with {n} listeners ...", flush=True)
-            rooms.append(await run_room(server.base_url, server, ws_url, secret, n, languages, sentences))
+            rooms.append(await run_room(server.base_url, server, ws_url, secret, n, languages, speech))
             print(rooms[-1], flush=True)
     ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
-    return {"benchmark": "call-sfu", "sentences": len(sentences), "rooms": rooms,
+    return {"benchmark": "call-sfu", "sentences": args.sfu_sentences, "voice": args.sfu_voice, "rooms": rooms,
             "call": call, "lag_p90_vs_call": _lag_p90_ratio(rooms[-1], call),
             "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
             "targets": TARGETS, "listener_media": {"process": "child", "nice": LISTENER_NICE}, "note": args.sfu_note,
@@ -309,6 +333,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sfu-sentences", type=int, default=DEFAULT_SENTENCES,
                         help=f"with --sfu: English sentences the speaker says (1-{len(SENTENCES)}; more: a steadier "
                              "lag p90)")
+    parser.add_argument("--sfu-voice", choices=("espeak", "human"), default="espeak",
+                        help="with --sfu: the speaker's voice: espeak-ng, or a woman's recorded voice (the Asterisk "
+                             "prompts of the captions' speech set; Debian asterisk-core-sounds-en-g722, fetched with "
+                             "apt-get download when not installed)")
     parser.add_argument("--sfu-call", action=argparse.BooleanOptionalAction, default=True,
                         help="with --sfu: first measure the same speech in a 2-person call (the speaker and one "
                              "listener in the first of --sfu-languages, through the same Janus): the lag target's "
