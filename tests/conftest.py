@@ -16,7 +16,9 @@ from rtc_agent.app import create_app
 from rtc_agent.config import Settings
 from rtc_agent.engines import engine_specs
 from rtc_agent.worker import Worker
-from tests.hang_watchdog import pytest_runtest_call  # noqa: F401  (the hook: a hung test fails with its name)
+
+# the hooks: a hung test fails with its name and what it waited for
+from tests.hang_watchdog import pytest_runtest_call, pytest_runtest_setup, pytest_runtest_teardown  # noqa: F401
 
 
 def free_port() -> int:

@@ -2,11 +2,11 @@
 
 pytest-timeout (``timeout`` in pyproject.toml, thread method) is the backstop: it ends the whole run with every
 thread's stack, which for an async test shows only the event loop idling in ``select`` and not which test or which
-await. Before it, this watchdog gives a test ``HUNG_TEST_S`` (``RTC_TEST_HANG_S`` in the environment, or the test's
-own ``@pytest.mark.hang_limit(seconds)``); then it prints the test's id and the stack of every task of the loop the
-test runs on and cancels those tasks (the test fails with ``CancelledError``; the next test starts). When the loop
-does not answer within ``LOOP_ANSWER_S`` (a loop blocked in code that never yields), it prints the test thread's
-stack instead and leaves the rest to pytest-timeout.
+await. Before it, this watchdog gives each phase of a test (setup, call, teardown) ``HUNG_TEST_S``
+(``RTC_TEST_HANG_S`` in the environment, or the test's own ``@pytest.mark.hang_limit(seconds)``); then it prints
+the test's id and the stack of every task of the loop the phase runs on and cancels those tasks (the test fails or
+errors with ``CancelledError``; the next test starts). When the loop does not answer within ``LOOP_ANSWER_S`` (a
+loop blocked in code that never yields), it prints the thread's stack instead and leaves the rest to pytest-timeout.
 """
 
 from __future__ import annotations
@@ -64,15 +64,19 @@ def _tasks_report(loop: asyncio.AbstractEventLoop) -> str:
 
 
 class _Watchdog:
-    def __init__(self, item: pytest.Item, thread_id: int) -> None:
+    """Watches one phase (``setup``, ``call``, ``teardown``) of ``item`` on the thread that runs it."""
+
+    def __init__(self, item: pytest.Item, phase: str) -> None:
         self.item = item
-        self.thread_id = thread_id
+        self.phase = phase
+        self.thread_id = threading.get_ident()
         self.timer = threading.Timer(_limit_s(item), self._fire)
         self.timer.daemon = True
 
     def _fire(self) -> None:
         item, limit = self.item, _limit_s(self.item)
-        head = f"\n{'=' * 30} HUNG TEST: {item.nodeid} still running after {limit:.0f} s {'=' * 30}\n"
+        head = (f"\n{'=' * 30} HUNG TEST: {item.nodeid} ({self.phase}) still running after {limit:.0f} s "
+                f"{'=' * 30}\n")
         loop = _running_loop(sys._current_frames().get(self.thread_id))
         if loop is None:
             stack = "".join(traceback.format_stack(sys._current_frames().get(self.thread_id)))
@@ -94,12 +98,27 @@ class _Watchdog:
             _report(item, head + f"its event loop did not answer within {LOOP_ANSWER_S:.0f} s; the loop thread's "
                     "stack:\n" + stack)
 
+    def __enter__(self) -> _Watchdog:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, Any, Any]:
+    with _Watchdog(item, "setup"):
+        return (yield)
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
-    watchdog = _Watchdog(item, threading.get_ident())
-    watchdog.timer.start()
-    try:
+    with _Watchdog(item, "call"):
         return (yield)
-    finally:
-        watchdog.timer.cancel()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, Any, Any]:
+    with _Watchdog(item, "teardown"):
+        return (yield)
