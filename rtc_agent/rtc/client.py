@@ -220,7 +220,10 @@ class ClientPeer:
             task.cancel()
         await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=f"client of {self.session_id}")
         if self._tasks:  # (a reader that ignores its cancellation is left behind, not waited for)
-            await asyncio.wait(self._tasks, timeout=TASKS_END_TIMEOUT_S)
+            done, _ = await asyncio.wait(self._tasks, timeout=TASKS_END_TIMEOUT_S)
+            for task in done:  # a reader's own error ends with the peer (retrieved, so never logged as lost)
+                if not task.cancelled():
+                    task.exception()
         self._tasks.clear()
         if self._own_http and self._http is not None:
             await self._http.close()
