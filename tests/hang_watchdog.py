@@ -70,17 +70,20 @@ class _Watchdog:
         self.item = item
         self.phase = phase
         self.thread_id = threading.get_ident()
-        self.timer = threading.Timer(_limit_s(item), self._fire)
+        self.limit_s = _limit_s(item)
+        self.timer = threading.Timer(self.limit_s, self._fire)
         self.timer.daemon = True
 
+    def _thread_stack(self) -> str:
+        return "".join(traceback.format_stack(sys._current_frames().get(self.thread_id)))
+
     def _fire(self) -> None:
-        item, limit = self.item, _limit_s(self.item)
-        head = (f"\n{'=' * 30} HUNG TEST: {item.nodeid} ({self.phase}) still running after {limit:.0f} s "
+        item = self.item
+        head = (f"\n{'=' * 30} HUNG TEST: {item.nodeid} ({self.phase}) still running after {self.limit_s:.0f} s "
                 f"{'=' * 30}\n")
         loop = _running_loop(sys._current_frames().get(self.thread_id))
         if loop is None:
-            stack = "".join(traceback.format_stack(sys._current_frames().get(self.thread_id)))
-            _report(item, head + "no event loop runs it; its thread's stack:\n" + stack)
+            _report(item, head + "no event loop runs it; its thread's stack:\n" + self._thread_stack())
             return
         answered = threading.Event()
 
@@ -94,9 +97,8 @@ class _Watchdog:
 
         loop.call_soon_threadsafe(cancel_everything)
         if not answered.wait(LOOP_ANSWER_S):
-            stack = "".join(traceback.format_stack(sys._current_frames().get(self.thread_id)))
             _report(item, head + f"its event loop did not answer within {LOOP_ANSWER_S:.0f} s; the loop thread's "
-                    "stack:\n" + stack)
+                    "stack:\n" + self._thread_stack())
 
     def __enter__(self) -> _Watchdog:
         self.timer.start()

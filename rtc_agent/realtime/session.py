@@ -50,7 +50,8 @@ from rtc_agent.realtime.events import RealtimeError
 from rtc_agent.realtime.session_config import SessionConfig
 from rtc_agent.realtime.speech import SocketSpeech
 from rtc_agent.server.session_context import SessionContext
-from rtc_agent.server.session_end import ClosingSession, ended_message, wait_tasks
+from rtc_agent.server.session_end import ClosingSession, ended_message
+from rtc_agent.tasks import wait_tasks
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class RealtimeSocketSession(SessionContext, ClosingSession):
             await asyncio.sleep(0.02)
         for task in tasks:
             task.cancel()
-        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
+        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=f"session {self.id}")
         code = {"server_shutdown": WSCloseCode.GOING_AWAY,
                 "rate_limited": WSCloseCode.POLICY_VIOLATION}.get(reason, WSCloseCode.OK)
         wait_s = FLOOD_CLOSE_WAIT_S if reason == "rate_limited" else 3.0  # past it aiohttp drops the connection

@@ -23,6 +23,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.rtc.peer_close import PC_CLOSE_TIMEOUT_S, close_peer_connection
+from rtc_agent.tasks import wait_tasks
 
 RECEIVED_AUDIO_LIMIT_S = 600  # the client keeps at most this much received audio
 TASKS_END_TIMEOUT_S = 5.0  # close() waits this long for its cancelled tasks
@@ -219,11 +220,10 @@ class ClientPeer:
         for task in self._tasks:
             task.cancel()
         await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=f"client of {self.session_id}")
-        if self._tasks:  # (a reader that ignores its cancellation is left behind, not waited for)
-            done, _ = await asyncio.wait(self._tasks, timeout=TASKS_END_TIMEOUT_S)
-            for task in done:  # a reader's own error ends with the peer (retrieved, so never logged as lost)
-                if not task.cancelled():
-                    task.exception()
+        await wait_tasks(self._tasks, TASKS_END_TIMEOUT_S, name=f"client of {self.session_id}")
+        for task in self._tasks:  # a reader's own error ends with the peer (retrieved, so never logged as lost)
+            if task.done() and not task.cancelled():
+                task.exception()
         self._tasks.clear()
         if self._own_http and self._http is not None:
             await self._http.close()

@@ -43,7 +43,8 @@ from rtc_agent.rtc.offer import check_offer
 from rtc_agent.rtc.peer_close import PC_CLOSE_TIMEOUT_S, close_peer_connection
 from rtc_agent.server.ice import server_ice_servers
 from rtc_agent.server.session_context import SessionContext
-from rtc_agent.server.session_end import ClosingSession, announce_end, wait_tasks
+from rtc_agent.server.session_end import ClosingSession, announce_end
+from rtc_agent.tasks import wait_tasks
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,7 @@ class Session(SessionContext, ClosingSession):
             task.cancel()
         # closing the peer connection ends the incoming tracks, so their readers return
         await close_peer_connection(self.pc, PC_CLOSE_TIMEOUT_S, name=f"session {self.id}")
-        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=self.id)
+        await wait_tasks(tasks, TASKS_TIMEOUT_S, name=f"session {self.id}")
 
     # --- reporting ---
 

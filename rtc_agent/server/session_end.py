@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from rtc_agent.protocol.events import SessionEnded
@@ -54,16 +54,6 @@ async def announce_end(channel: EventChannel, reason: str, drain_s: float, *, na
         await channel.drain(drain_s)
     except Exception:
         log.exception("session %s: sending session.ended failed", name)
-
-
-async def wait_tasks(tasks: Iterable[asyncio.Task], timeout: float, *, name: str = "") -> None:
-    """Wait up to ``timeout`` seconds for (already cancelled) tasks to finish; log the ones that did not."""
-    tasks = [t for t in tasks if not t.done()]
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=timeout)
-    for task in pending:
-        log.warning("session %s: task %s did not stop within %.1f s", name, task.get_name(), timeout)
 
 
 class ClosingSession:
