@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rtc_agent.engines.llm.attention import attend
 from rtc_agent.engines.llm.llama_decoder import _rotate_half, take_llama_parts
 
 __all__ = ["BatchForward", "LlamaBatchForward", "TransformersBatchForward"]
@@ -118,8 +119,7 @@ class LlamaBatchForward(BatchForward):
             keys, values = self._keys[index], self._values[index]
             keys[:, :, start:end] = k
             values[:, :, start:end] = v
-            out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=mask,
-                                                 enable_gqa=self.kv_heads != self.heads)
+            out = attend(torch, q, keys[:, :, :end], values[:, :, :end], mask)
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, n, self.heads * self.head_dim))
             x = layer.post_attention_layernorm(hidden)
             hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rtc_agent.engines.llm.attention import attend
+
 _FAMILIES = ("llama", "mistral", "qwen2")
 
 
@@ -143,8 +145,7 @@ class LlamaDecoder:
             keys, values = self._keys[index], self._values[index]
             keys[:, :, start:end] = k
             values[:, :, start:end] = v
-            out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=mask,
-                                                 enable_gqa=self.kv_heads != self.heads)
+            out = attend(torch, q, keys[:, :, :end], values[:, :, :end], mask)
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
             x = layer.post_attention_layernorm(hidden)
             hidden = hidden + mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
