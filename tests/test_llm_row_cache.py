@@ -85,3 +85,63 @@ def test_the_row_cache_keeps_the_newest_rows_and_serves_the_longest_prefix() -> 
     assert len(cache) == 0
     with pytest.raises(ValueError):
         RowCache(size=0)
+
+
+def _row(n: int, value: int) -> tuple[list[int], list[Any], list[Any]]:
+    """A row of ``n`` tokens whose keys and values take ``2 * n * 4`` bytes (one float32 layer)."""
+    return [value] * n, [torch.zeros(n)], [torch.zeros(n)]
+
+
+def test_the_row_cache_stays_within_its_byte_budget_and_drops_the_least_recently_used() -> None:
+    cache = RowCache(min_tokens=3, max_bytes=3 * 2 * 100 * 4)  # three rows of 100 tokens
+    for value in (1, 2, 3):
+        cache.keep(*_row(100, value))
+    assert len(cache) == 3 and cache.bytes == 3 * 800 and cache.evicted == 0
+    assert cache.take([1] * 101)[1] == 100  # row 1 is now the most recently used
+    cache.keep(*_row(100, 4))  # row 2 goes
+    assert cache.take([2] * 101) == (None, 0) and cache.take([1] * 101)[1] == 100
+    assert cache.bytes <= cache.max_bytes and cache.evicted == 1
+    cache.keep(*_row(400, 5))  # larger than the whole budget: not kept, nothing else lost
+    assert len(cache) == 3 and cache.take([5] * 401) == (None, 0)
+    cache.keep(*_row(100, 4))  # the same ids again replace their row
+    assert len(cache) == 3 and cache.bytes == 3 * 800
+    assert cache.stats() == {"rows": 3, "bytes": 2400, "max_bytes": 2400, "hits": 2, "seeded_tokens": 0,
+                             "evicted": 1}
+    cache.clear()
+    assert cache.bytes == 0
+    assert len(RowCache(max_bytes=0).__dict__["_rows"]) == 0
+    with pytest.raises(ValueError):
+        RowCache(max_bytes=-1)
+
+
+def test_rooms_that_translate_in_turn_keep_their_rows_when_the_budget_holds_them() -> None:
+    """Four rooms of three languages (12 pairs), each final of each room extending its pair's row: with room for
+    every pair's row each prompt finds its own (and the row it extends is let go); with 8 rows (the old fixed size)
+    round-robin use evicts each row before its pair comes back."""
+    def run(size: int) -> RowCache:
+        cache = RowCache(size=size, min_tokens=3, max_bytes=12 * 2 * 4 * 130)  # 12 rows of the last round
+        rows = {pair: [pair] * 50 for pair in range(12)}
+        for _ in range(4):
+            for pair, ids in rows.items():
+                cache.take([*ids, 0])
+                rows[pair] = ids + [pair] * 20
+                cache.keep(*_row(len(rows[pair]), pair))
+        return cache
+    roomy = run(256)
+    assert roomy.hits == 36 and len(roomy) == 12 and roomy.evicted == 0  # every final after each pair's first
+    assert run(8).hits == 0
+
+
+def test_the_row_cache_budget_is_a_validated_setting_that_reaches_the_engine() -> None:
+    import dataclasses
+
+    from rtc_agent.config import Settings, SettingsError
+    from rtc_agent.config.validation import validate
+    from rtc_agent.engines import llm
+
+    assert Settings().llm_row_cache_mb == 128
+    for bad in (-1, 4097):
+        with pytest.raises(SettingsError, match="llm_row_cache_mb"):
+            validate(dataclasses.replace(Settings(), llm_row_cache_mb=bad))
+    engine = llm.engine_spec(dataclasses.replace(Settings(), llm_row_cache_mb=3)).factory()  # not loaded
+    assert engine.rows.max_bytes == 3 * 2**20

@@ -114,6 +114,10 @@ class EngineSettings:
     llm_adaptive_threads: bool = _opt(True, "Embedded LLM: run each step on all its threads only while the rest of "
                                             "the machine leaves the cores idle, else on one (a step split across "
                                             "shared cores waits for the slowest part: up to 6x slower).", "engines")
+    llm_row_cache_mb: int = _opt(128, "Embedded LLM: memory for the keys and values of recent batch rows (0-4096 "
+                                      "MB): each interpreted speaker and language keeps its translation context "
+                                      "there (a few MB), so its next final computes only the new tokens; too "
+                                      "small for the rooms running at once and they evict each other's.", "limits")
     mt_engine: str = _opt("auto", "Text translation engine: auto (ctranslate2 when mt_model_dir is set, else "
                                   "openai when mt_url is set, else embedded), embedded (the packaged LLM, a rough "
                                   "fallback), openai, ctranslate2 or none.", "engines")

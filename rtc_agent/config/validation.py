@@ -82,6 +82,8 @@ def validate(settings: Settings) -> None:
             or not 0 <= settings.agent_barge_in_margin_db <= 40:
         raise SettingsError("agent_barge_in_min_ms must be 0-2000, agent_barge_in_floor_dbfs -90 to 0 and "
                             "agent_barge_in_margin_db 0-40")
+    if not isinstance(settings.llm_row_cache_mb, int) or not 0 <= settings.llm_row_cache_mb <= 4096:
+        raise SettingsError("llm_row_cache_mb must be 0-4096")
     if settings.llm_precision not in LLM_PRECISIONS:
         raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
     short = [k for k in settings.api_keys if len(k) < 16]

@@ -38,7 +38,7 @@ from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
 from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
-from rtc_agent.engines.llm.row_cache import RowCache, shared_prefix
+from rtc_agent.engines.llm.row_cache import DEFAULT_MAX_BYTES, RowCache, shared_prefix
 from rtc_agent.engines.llm.step_threads import StepThreads
 from rtc_agent.errors import EngineError
 
@@ -71,7 +71,7 @@ class SmolLMEngine(ChatEngine):
       :mod:`~rtc_agent.engines.llm.precision`).
     - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens, and
       (lean forward) the keys and values of recent batch rows for batch prompts that start with their tokens
-      (``rows``: :class:`~rtc_agent.engines.llm.row_cache.RowCache`).
+      (``rows``: :class:`~rtc_agent.engines.llm.row_cache.RowCache`, ``row_cache_bytes`` of keys and values).
     - ``lean_decoder``: run Llama-family models through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`
       (same modules and results, less per-token overhead); other models use transformers' forward.
 
@@ -83,7 +83,7 @@ class SmolLMEngine(ChatEngine):
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
                  repetition_penalty: float | None = None, threads: int | None = None, warmup: bool = True,
                  precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True,
-                 adaptive_threads: bool = True) -> None:
+                 adaptive_threads: bool = True, row_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         # no model: SmolLM2 (the engine's own default; the server's default model is chosen in ``engine_spec``)
         self.packaged = packaged_model(str(model) if model else "smollm2-135m")
         self.model_path = None if self.packaged is not None else Path(str(model))
@@ -102,7 +102,7 @@ class SmolLMEngine(ChatEngine):
         self._forward_kind = ""
         self.reused_tokens = 0
         #: recent batch rows' keys and values (``generate_many`` with ``prefix_cache``)
-        self.rows = RowCache()
+        self.rows = RowCache(max_bytes=row_cache_bytes)
         self._cached_ids: list[int] = []  # the tokens whose keys and values ``_cached_past`` holds
         self._cached_past: Any = None
         #: Called before every token and every decoder layer; the worker sets it to step aside for latency-critical
