@@ -340,3 +340,32 @@ async def test_the_queue_hands_out_one_engines_requests_and_leaves_the_others_in
     assert queue.get_nowait("mt").request == "mt 3"  # urgent ones first, the abandoned one skipped
     assert queue.get_nowait("mt") is None and await queue.get(0.01, "mt") is None
     assert [queue.get_nowait().request for _ in range(2)] == ["turn 1", "turn 2"] and queue.get_nowait() is None
+
+
+@pytest.mark.parametrize(("reply", "kept"), [
+    ("Buenos días, buenos días, buenos días, buenos dí", "Buenos días,"),
+    ("El tren sale a las ocho, a las ocho, a las ocho, a las ocho, a las", "El tren sale a las ocho,"),
+    ("Hola. Hola. Hola. Hola.", "Hola."),
+    ("a b c a b c a b c a b", "a b c"),
+])
+def test_a_reply_that_loops_to_its_token_limit_keeps_the_text_before_the_repetition(reply: str, kept: str) -> None:
+    from rtc_agent.engines.mt.chat import cut_loop
+
+    class Looping(BatchingChat):
+        def reply_for(self, request: ChatRequest) -> ChatResult:
+            result = super().reply_for(request)
+            return dataclasses.replace(result, text=reply) if result.finish_reason == "length" else result
+
+    assert cut_loop(reply) == kept
+    engine = ChatTranslationEngine(Looping(fail="Spanish"), kind="embedded")
+    looped, german = engine.run_batch([request("es"), request("de")])
+    assert looped.text == kept and german.text == "Guten Morgen."
+
+
+def test_a_reply_cut_by_its_token_limit_without_a_loop_is_still_an_error() -> None:
+    from rtc_agent.engines.mt.chat import cut_loop
+
+    for unfinished in ("Das ist gut, sehr gut", "sí sí", "la casa, la casa", ""):
+        assert cut_loop(unfinished) is None
+    out = ChatTranslationEngine(BatchingChat(fail="German"), kind="embedded").run_batch([request("es"), request("de")])
+    assert out[0].text == "Buenos días." and isinstance(out[1], EngineError) and out[1].code == "mt_bad_output"

@@ -7,6 +7,7 @@ engine's worker thread; nothing here speaks HTTP or loads weights itself.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,8 @@ from rtc_agent.engines.mt.base import (
 )
 from rtc_agent.engines.mt.languages import AUTO, LANGUAGE_NAMES
 from rtc_agent.errors import EngineError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_BATCH", "ChatTranslationEngine", "clean_reply", "context_messages", "token_limit",
@@ -76,6 +79,35 @@ def clean_reply(reply: str, source_text: str) -> str:
     if (len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'«»“”") or (text[:1] in "“«" and text[-1:] in "”»"):
         text = text[1:-1].strip()
     return text
+
+
+def cut_loop(text: str, min_repeats: int = 3, max_unit: int = 12) -> str | None:
+    """The text of a reply that ran to its token limit repeating itself, up to the end of the repeated phrase's
+    first occurrence: a small model's greedy loop (``"la casa, la casa, la casa, la ca"`` -> ``"la casa,"``); None
+    when its end is no phrase of 1-``max_unit`` words said ``min_repeats`` times in a row (the last one possibly
+    cut short by the limit). Words are whitespace-separated and compared without case, and joined by single spaces."""
+    original = text.split()
+    words = [w.casefold() for w in original]
+    best: int | None = None
+    for unit in range(1, max_unit + 1):
+        for tail in range(unit):  # words after the last whole repetition: the start of one more, cut by the limit
+            end = len(words) - tail
+            if end < min_repeats * unit:
+                break
+            phrase = words[end - unit:end]
+            if tail and not (words[end:-1] == phrase[:tail - 1] and phrase[tail - 1].startswith(words[-1])):
+                continue
+            repeats = 1
+            while end - (repeats + 1) * unit >= 0 and words[end - (repeats + 1) * unit:end - repeats * unit] == phrase:
+                repeats += 1
+            if repeats < min_repeats:
+                continue
+            start = end - repeats * unit
+            while start > 0 and words[start - 1] == words[start - 1 + unit]:  # the loop began mid-phrase
+                start -= 1
+            keep = start + unit
+            best = keep if best is None else min(best, keep)
+    return " ".join(original[:best]) if best else None
 
 
 class ChatTranslationEngine(TextTranslationEngine):
@@ -182,6 +214,12 @@ class ChatTranslationEngine(TextTranslationEngine):
             raise result
         assert isinstance(result, ChatResult)
         text = clean_reply(result.text, request.text)
+        if result.finish_reason == "length" and text:
+            looped = cut_loop(text)
+            if looped:
+                log.info("%s: a translation looped until its token limit; kept it up to the repeated phrase",
+                         self.label)
+                return looped
         if result.finish_reason == "length" or not text:
             why = "ran past its token limit" if text else "was empty"
             raise EngineError(f"{self.label}: the translation {why}", code="mt_bad_output")
