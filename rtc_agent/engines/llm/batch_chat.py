@@ -112,7 +112,8 @@ def generate_many(model: BatchModel, requests: Sequence[ChatRequest], cancel: Ca
                 eos_ids=model.eos_ids, decode=model.decode, stops=[list(requests[i].stop) for i, *_ in rows],
                 processors=[model.processors(requests[i]) for i, *_ in rows],
                 cancelled=[lambda: token.cancelled] * len(rows),
-                checkpoint=model.checkpoint, step=model.step, seed=model.seed, keep=model.keep, done=row_done)
+                checkpoint=model.checkpoint, step=model.step, seed=model.seed, keep=model.keep, done=row_done,
+                loops=[requests[i].stop_loops for i, *_ in rows])
         except Exception as exc:
             for i in batched:
                 if results[i] is None:

@@ -11,7 +11,9 @@ cache per row), then feeds each row's chosen token back, one step for all rows a
 - an end-of-sequence id (``eos_ids``; not part of the output) -> ``"stop"``;
 - one of its stop strings in its decoded text (the text is cut before it) -> ``"stop"``;
 - ``max_new[b]`` tokens -> ``"length"``;
-- ``cancelled[b]()`` true before a step -> ``"cancelled"``.
+- ``cancelled[b]()`` true before a step -> ``"cancelled"``;
+- with ``loops[b]``, its generated ids ending in a loop (:func:`~rtc_agent.engines.llm.loops.ends_in_loop`) ->
+  ``"length"`` (as it would have ended).
 
 A finished row keeps a place in the batch (fed a dummy token; its results are ignored) until every row is done.
 ``processors[b]`` are logits processors applied to row ``b`` alone with its own ids (prompt plus generated, no
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtc_agent.engines.llm.batch_forward import BatchForward
+from rtc_agent.engines.llm.loops import ends_in_loop
 
 __all__ = ["Decoded", "first_stop", "greedy_batch"]
 
@@ -68,7 +71,8 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                  step: Callable[[int, bool], AbstractContextManager[None]] | None = None,
                  seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None,
                  keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None,
-                 done: Callable[[int, Decoded], object] | None = None) -> list[Decoded]:
+                 done: Callable[[int, Decoded], object] | None = None,
+                 loops: Sequence[bool] | None = None) -> list[Decoded]:
     """Decode ``prompts`` greedily together (see the module docstring).
 
     ``make_forward(pads, capacity)`` builds the batch's forward for the rows' left padding and the most columns
@@ -94,6 +98,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
     stops = stops if stops is not None else [()] * rows
     processors = processors if processors is not None else [()] * rows
     cancelled = cancelled if cancelled is not None else [_never] * rows
+    loops = loops if loops is not None else [False] * rows
     width = max(len(p) for p in prompts)
     pads = [width - len(p) for p in prompts]
     filler = int(prompts[0][0])  # any valid id: padding columns are never attended
@@ -152,7 +157,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                 if cut >= 0:
                     finish[b], texts[b] = "stop", text[:cut]
                     continue
-            if len(generated[b]) >= max_new[b]:
+            if len(generated[b]) >= max_new[b] or (loops[b] and ends_in_loop(generated[b])):
                 finish[b] = "length"
         step_input = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
     if keep is not None:  # a row's last token was fed only if the decode went on after it

@@ -68,6 +68,9 @@ class ChatRequest:
       (the embedded engine decodes greedily). ``stop``: strings that end the reply (not included in it).
     - ``model``: overrides the engine's model name for a remote engine; ignored by the embedded one.
     - ``extra``: extra JSON fields for a remote server's request body (e.g. ``{"top_k": 20}``).
+    - ``stop_loops``: the embedded engine ends a greedy reply once it repeats one phrase
+      (:func:`~rtc_agent.engines.llm.loops.ends_in_loop`), with finish reason ``length`` (it would have run to its
+      limit); a remote engine ignores it.
 
     Invalid values raise ``ValueError`` at construction.
     """
@@ -81,6 +84,7 @@ class ChatRequest:
     stop: Sequence[str] = ()
     model: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stop_loops: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.messages, str | bytes) or not isinstance(self.messages, Sequence) or not self.messages:

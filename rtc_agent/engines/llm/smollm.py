@@ -35,6 +35,7 @@ from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.gguf_cache import cache_folder, load_folder, load_gguf
 from rtc_agent.engines.llm.job import CancelToken, ChatJob
 from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
+from rtc_agent.engines.llm.loops import ends_in_loop
 from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
 from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resolve_precision
@@ -307,6 +308,8 @@ class SmolLMEngine(ChatEngine):
                 yield ChatDelta(text=piece)
             if cut >= 0:
                 break
+            if request.stop_loops and not sampling and ends_in_loop(generated):
+                break  # finish stays "length": it would have run to its limit
         else:
             finish = "length"
         if finish in ("stop", "length") and generated:

@@ -115,7 +115,9 @@ class ChatTranslationEngine(TextTranslationEngine):
     not loaded yet). ``kind`` prefixes the label (``openai:MODEL``, ``embedded:MODEL``); ``model`` is sent to a
     remote server (empty: the engine's own). Greedy decoding; at most :func:`token_limit` new tokens.
 
-    A reply that ends for length, or is empty, fails the request (``EngineError`` ``mt_bad_output``).
+    A reply that ends for length (the embedded engine ends one that loops early: ``stop_loops``) keeps its text up to
+    its repeated phrase (:func:`cut_loop`) when it looped, else it fails the request (``EngineError``
+    ``mt_bad_output``), as an empty reply does.
     ``checkpoint``/``step_done`` pass through to the chat engine, so the worker's priority hooks reach it.
 
     Batches: :meth:`translate_many` (what ``run_batch`` calls with the requests the worker handed over together)
@@ -151,7 +153,7 @@ class ChatTranslationEngine(TextTranslationEngine):
 
     def chat_request(self, request: TextTranslateRequest) -> ChatRequest:
         return ChatRequest(messages=translation_messages(request), max_tokens=token_limit(request.text),
-                           temperature=0.0, model=self.model or None)
+                           temperature=0.0, model=self.model or None, stop_loops=True)
 
     def translate(self, request: TextTranslateRequest) -> str:
         [result] = self.chat.run_batch([self.chat_request(request)])
