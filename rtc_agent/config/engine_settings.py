@@ -117,7 +117,8 @@ class EngineSettings:
     llm_row_cache_mb: int = _opt(128, "Embedded LLM: memory for the keys and values of recent batch rows (0-4096 "
                                       "MB): each interpreted speaker and language keeps its translation context "
                                       "there (a few MB), so its next final computes only the new tokens; too "
-                                      "small for the rooms running at once and they evict each other's.", "limits")
+                                      "small for the rooms running at once and they evict each other's; 0: "
+                                      "none.", "limits")
     mt_engine: str = _opt("auto", "Text translation engine: auto (ctranslate2 when mt_model_dir is set, else "
                                   "openai when mt_url is set, else embedded), embedded (the packaged LLM, a rough "
                                   "fallback), openai, ctranslate2 or none.", "engines")

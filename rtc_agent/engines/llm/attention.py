@@ -5,7 +5,7 @@
 enable_gqa=True)`` returns (up to float rounding), choosing the computation by the number of queries:
 
 - a decode step (one query per row) is two small matrix products and a softmax, in float32. torch's fused CPU
-  kernel is built for many queries: with one query and ``bfloat16`` caches it took 11 ms per token (24 layers of
+  kernel is built for many queries: with one query and ``bfloat16`` caches it took 7-11 ms per token (24 layers of
   Qwen2.5-0.5B, 300 cached positions, one row, 2 threads of an AMD EPYC with AVX-512) and 23-47 ms for three rows
   at 300-600 positions, against 1.6 and 3.6-5.3 ms so: a third of a translation's decode step, growing with the
   context. In float32 the two are even; the products in float32 keep the fused kernel's accuracy (its bf16
