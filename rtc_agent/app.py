@@ -47,6 +47,7 @@ from rtc_agent.server.keys import (
 from rtc_agent.server.registry import SessionRegistry
 from rtc_agent.state import open_store
 from rtc_agent.worker import LoadAdmission, LoopLagMonitor, Worker
+from rtc_agent.worker.blas_threads import limit_blas_threads
 from rtc_agent.worker.default_executor import prestart_default_executor
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None, *, worker: Worker | None = None
 
 async def _start(app: web.Application) -> None:
     await prestart_default_executor()  # a fixed thread count from the start (see the module)
+    limit_blas_threads(app[SETTINGS].blas_threads)  # no spinning BLAS helper beside the engines (see the module)
     app[LAG_MONITOR].start()
     worker = app[WORKER]
     for name in app[SETTINGS].preload:

@@ -34,6 +34,9 @@ class EngineSettings:
                                             "= int8 on CPU, float16 on CUDA.", "engines")
     asr_threads: int = _opt(0, "CPU threads of each embedded ASR decode; two run at once (0 = auto: half the "
                                   "cores each, at least 1).", "engines")
+    blas_threads: int = _opt(1, "Threads of numpy's BLAS library (OpenBLAS) in the server; its spinning helper "
+                                "threads took the cores the engines need (0 = the library's default: one per "
+                                "core).", "engines")
     asr_language: str = _opt("auto", "Spoken language for captions: a Whisper code such as en, or auto.", "engines")
     captions_context_s: float = _opt(
         16.0, "Most seconds of a session's earlier speech the final decode of a caption also hears (more: closer to "
