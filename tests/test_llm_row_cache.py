@@ -145,3 +145,22 @@ def test_the_row_cache_budget_is_a_validated_setting_that_reaches_the_engine() -
             validate(dataclasses.replace(Settings(), llm_row_cache_mb=bad))
     engine = llm.engine_spec(dataclasses.replace(Settings(), llm_row_cache_mb=3)).factory()  # not loaded
     assert engine.rows.max_bytes == 3 * 2**20
+
+
+async def test_the_worker_shows_the_loaded_llm_row_cache_and_thread_choices(folder: Path) -> None:  # noqa: F811
+    from rtc_agent.engines.llm.smollm import SmolLMEngine
+    from rtc_agent.worker import EngineSpec, Worker
+
+    worker = Worker()
+    worker.add(EngineSpec(name="llm", factory=lambda: SmolLMEngine(folder, cache_dir=folder / "cache",
+                                                                   precision="float32", warmup=False)))
+    try:
+        assert "runtime" not in worker.stats()["llm"]  # nothing loaded yet
+        await worker.call("llm", ChatRequest(messages=[{"role": "user", "content": "good morning"}], max_tokens=4,
+                                             temperature=0.0))
+        runtime = worker.stats()["llm"]["runtime"]
+        assert set(runtime["row_cache"]) >= {"rows", "bytes", "max_bytes", "hits", "evicted"}
+        threads = runtime["step_threads"]
+        assert threads is None or set(threads) >= {"max_threads", "threads", "drops", "raises", "reduced_share"}
+    finally:
+        await worker.close()

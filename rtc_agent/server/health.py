@@ -12,6 +12,9 @@ needs it), ``progress`` (the engine's last load message) and ``percent`` (0-100 
 "part 3/6", else null), and per app whether all the engines it needs are ready (``apps``). The pages show the
 same object before Connect and poll ``/health`` until their app is ready.
 
+``engines`` is :meth:`~rtc_agent.worker.Worker.stats`: per engine its queue and counters, and for a loaded engine
+that measures itself its ``runtime`` (the embedded LLM: ``row_cache`` and ``step_threads``).
+
 ``capacity`` is this machine's measured speed and what it holds (:mod:`rtc_agent.server.capacity`): per engine
 the probe's ``figures`` (seconds per unit; ``note`` says what the probe ran, e.g. speech or noise as the ASR
 input), the ``slowdown`` measured under load and the ``running_figures`` the rule uses (``source`` ``running``

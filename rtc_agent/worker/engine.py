@@ -32,6 +32,9 @@ class Engine(Protocol):
       fails the whole batch. With ``concurrency > 1`` it is called from several threads at once.
     - ``close()`` is optional (the worker looks it up with ``getattr``) and releases resources; it is called
       once, from a worker thread, after the last batch.
+    - ``runtime_stats()`` is optional (looked up with ``getattr``): a JSON-able dict of what the loaded engine
+      measures of itself (caches, thread choices), shown as the ``runtime`` of its row in ``Worker.stats()``; called
+      from the event loop while batches run, so it only reads counters.
     - While ``run_batch`` runs, :func:`deliver_early` (from the same thread) hands one request's result to its
       caller before the batch ends (e.g. the shortest of several translations decoded together); the returned
       list still holds every result, and the worker ignores those already delivered.

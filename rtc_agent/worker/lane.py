@@ -335,9 +335,13 @@ class EngineLane:
 
     def stats(self) -> dict[str, Any]:
         """This engine's row of :meth:`Worker.stats`."""
-        return stats_row(self, loaded=self.loader.engine is not None, loading=self.loader.loading,
-                         progress=self.loader.progress, queue_depth=self.queue.live_of(None),
-                         leases=self.leases.held, capacity=self.spec.capacity)
+        row = stats_row(self, loaded=self.loader.engine is not None, loading=self.loader.loading,
+                        progress=self.loader.progress, queue_depth=self.queue.live_of(None),
+                        leases=self.leases.held, capacity=self.spec.capacity)
+        runtime = getattr(self.loader.engine, "runtime_stats", None)
+        if callable(runtime):
+            row["runtime"] = runtime()
+        return row
 
     def view_stats(self, view: str) -> dict[str, Any]:
         """The row of :meth:`Worker.stats` for the engine ``view`` sharing this lane."""

@@ -165,8 +165,9 @@ class Worker:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per engine: ``loaded``, ``loading``, ``progress``, ``queue_depth``, ``max_queue``, ``in_flight``,
         ``leases``, ``capacity``, ``calls`` (accepted), ``errors``, ``rejected`` (overloaded), ``timeouts``,
-        ``batches``, ``mean_batch_size``, ``mean_queue_delay_ms``, ``mean_run_ms``; an engine sharing another's
-        lane also ``shares`` (that engine's name), loads as it, and counts only its own requests. JSON-able."""
+        ``batches``, ``mean_batch_size``, ``mean_queue_delay_ms``, ``mean_run_ms``; a loaded engine with
+        ``runtime_stats()`` also ``runtime`` (what it measures of itself); an engine sharing another's lane also
+        ``shares`` (that engine's name), loads as it, and counts only its own requests. JSON-able."""
         out: dict[str, dict[str, Any]] = {}
         for name in self._names:
             lane, view = self._route(name)

@@ -213,6 +213,12 @@ class SmolLMEngine(ChatEngine):
     def _layer_checkpoint(self, _module: Any, _args: Any) -> None:
         self.checkpoint()  # a pre-hook returns None: the layer's inputs stay as they are
 
+    def runtime_stats(self) -> dict[str, Any]:
+        """``row_cache``: :meth:`RowCache.stats`; ``step_threads``: :meth:`StepThreads.stats` (None when the thread
+        count is fixed)."""
+        return {"row_cache": self.rows.stats(),
+                "step_threads": self.step_threads.stats() if self.step_threads is not None else None}
+
     def close(self) -> None:
         self._model = None
         self._tokenizer = None
