@@ -28,6 +28,14 @@ from rtc_agent.engines.llm.attention import attend
 _FAMILIES = ("llama", "mistral", "qwen2")
 
 
+def decoder_layers(model: Any) -> list[Any]:
+    """The transformer blocks of a causal LM of any family (the longest ``ModuleList`` in it), or ``[]``."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
 def take_llama_parts(owner: Any, model: Any, who: str) -> None:
     """Set on ``owner`` what a forward over a Llama-family ``model`` reads: ``embed``, ``layers``, ``final_norm``,
     ``head``, ``heads``, ``kv_heads``, ``head_dim``; ValueError naming ``who`` when the model is not one

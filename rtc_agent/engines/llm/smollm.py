@@ -34,7 +34,7 @@ from rtc_agent.engines.llm.chat_template import forced_call_prefix, template_tur
 from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.gguf_cache import cache_folder, load_folder, load_gguf
 from rtc_agent.engines.llm.job import CancelToken, ChatJob
-from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, unsupported_reason
+from rtc_agent.engines.llm.llama_decoder import LlamaDecoder, decoder_layers, unsupported_reason
 from rtc_agent.engines.llm.loops import ends_in_loop
 from rtc_agent.engines.llm.messages import ChatDelta, ChatRequest, ChatResult, Usage, partial_marker_len
 from rtc_agent.engines.llm.packaged import packaged_gguf, packaged_model
@@ -42,14 +42,6 @@ from rtc_agent.engines.llm.precision import finish_precision, model_dtype, resol
 from rtc_agent.engines.llm.row_cache import DEFAULT_MAX_BYTES, RowCache, shared_prefix
 from rtc_agent.engines.llm.step_threads import StepThreads
 from rtc_agent.errors import EngineError
-
-
-def _decoder_layers(model: Any) -> list[Any]:
-    """The transformer blocks of a causal LM (the longest ``ModuleList`` in it), or ``[]``."""
-    import torch
-
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return list(max(lists, key=len)) if lists else []
 
 
 class SmolLMEngine(ChatEngine):
@@ -188,7 +180,7 @@ class SmolLMEngine(ChatEngine):
             self._decoder.before_layer = lambda: self.checkpoint()
         else:
             self._decoder = None
-            for layer in _decoder_layers(model):
+            for layer in decoder_layers(model):
                 layer.register_forward_pre_hook(self._layer_checkpoint)
         self._forward_kind = "lean" if self._decoder is not None else f"transformers ({reason})"
         eos: set[int] = set()
