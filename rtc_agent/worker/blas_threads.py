@@ -4,8 +4,9 @@ Every speech recognition decode first computes a log-mel spectrogram with numpy 
 extractor: a matrix product of the mel filters with the spectrum). OpenBLAS splits it over one thread per core and
 then keeps its helper threads spinning, waiting for the next product: an 8 s window took 6 ms of wall time and
 110 ms of CPU time on a 2-core AMD EPYC, against 6.7 ms of CPU on one thread at the same wall time. On a small
-machine that spinning thread takes the core the other engines need: a two-thread torch step (the embedded LLM's)
-ran 2.2-2.5x slower beside a caption stream's decodes with it, 1.0-1.3x without. The server's own products are
+machine that spinning thread takes the core the other engines need: two-thread torch products (as the embedded
+LLM's steps) ran 2.2-2.5x slower than idle beside a thread computing an 8 s spectrogram every 0.15 s, 1.0-1.3x with
+one BLAS thread. The server's own products are
 small, so one BLAS thread loses nothing; the engines keep their own thread pools (torch, CTranslate2, ONNX Runtime).
 """
 
