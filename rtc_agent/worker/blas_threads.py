@@ -6,8 +6,8 @@ then keeps its helper threads spinning, waiting for the next product: an 8 s win
 110 ms of CPU time on a 2-core AMD EPYC, against 6.7 ms of CPU on one thread at the same wall time. On a small
 machine that spinning thread takes the core the other engines need: two-thread torch products (as the embedded
 LLM's steps) ran 2.2-2.5x slower than idle beside a thread computing an 8 s spectrogram every 0.15 s, 1.0-1.3x with
-one BLAS thread. The server's own products are
-small, so one BLAS thread loses nothing; the engines keep their own thread pools (torch, CTranslate2, ONNX Runtime).
+one BLAS thread. The server's own products are small, so one BLAS thread loses nothing; the engines keep their own
+thread pools (torch, CTranslate2, ONNX Runtime).
 """
 
 from __future__ import annotations

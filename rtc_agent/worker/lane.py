@@ -334,15 +334,19 @@ class EngineLane:
         return round(1000 * max([*taken, waiting, 0.0]), 3)
 
     def stats(self) -> dict[str, Any]:
-        """This engine's row of :meth:`Worker.stats`."""
-        row = stats_row(self, loaded=self.loader.engine is not None, loading=self.loader.loading,
-                        progress=self.loader.progress, queue_depth=self.queue.live_of(None),
-                        leases=self.leases.held, capacity=self.spec.capacity)
+        """This engine's row of :meth:`Worker.stats`, with the loaded engine's ``runtime`` when it measures one."""
+        row = self._counters_row()
         runtime = getattr(self.loader.engine, "runtime_stats", None)
         if callable(runtime):
             row["runtime"] = runtime()
         return row
 
     def view_stats(self, view: str) -> dict[str, Any]:
-        """The row of :meth:`Worker.stats` for the engine ``view`` sharing this lane."""
-        return self.views[view].stats(self.stats(), self.queue.live_of(view))
+        """The row of :meth:`Worker.stats` for the engine ``view`` sharing this lane (the host's runtime is shown
+        once, in the host's row)."""
+        return self.views[view].stats(self._counters_row(), self.queue.live_of(view))
+
+    def _counters_row(self) -> dict[str, Any]:
+        return stats_row(self, loaded=self.loader.engine is not None, loading=self.loader.loading,
+                         progress=self.loader.progress, queue_depth=self.queue.live_of(None),
+                         leases=self.leases.held, capacity=self.spec.capacity)
