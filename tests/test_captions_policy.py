@@ -313,6 +313,48 @@ async def test_a_final_without_a_usable_decode_is_what_the_partials_showed():
     assert h.of("caption.final")[0].text == "alpha beta gamma"
 
 
+@pytest.mark.parametrize(("partials", "final", "shown"), [
+    (["K"], "", ""),  # a guess from less audio than the final decode heard: the decode's silence wins
+    (["please check the", "please check the number"], "", "please check the number"),  # committed words stay
+    (["K"], "okay", "okay"),
+])
+async def test_an_empty_final_decode_wins_over_tentative_partials_only(partials, final, shown):
+    rec = ScriptedRecognizer([hyp(p) for p in partials], finals=[hyp(final)])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(300 * len(partials))
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.partial"), "the utterance showed partials, so it is closed by a final"
+    assert [f.text for f in h.of("caption.final")] == [shown]
+
+
+async def test_a_final_ending_in_an_echo_of_its_own_words_loses_the_echo():
+    echo = "I'm sideshow joined by Custer and we've got a special edition of plat chat We've got a special edition of"
+    rec = ScriptedRecognizer([], finals=[hyp(echo)])
+    h = Harness(rec, decode_interval_ms=10_000)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(2000)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert [f.text for f in h.of("caption.final")] == [
+        "I'm sideshow joined by Custer and we've got a special edition of plat chat"]
+    assert h.transcriber.repeats_dropped == 1
+
+
+def test_an_echoed_tail_is_cut_but_what_people_repeat_stays():
+    from rtc_agent.apps.captions.local_agreement import drop_echoed_tail
+
+    assert drop_echoed_tail("we're just saying some words and here's more we're just saying some") == (
+        "we're just saying some words and here's more")
+    assert drop_echoed_tail("it is what it is") == "it is what it is"  # two words: what people say
+    assert drop_echoed_tail("words words words words and words words words words") == (
+        "words words words words and words words words words")  # one word said over and over
+    assert drop_echoed_tail("Followed by the pound key.") == "Followed by the pound key."
+    assert drop_echoed_tail("a b c d a b c d") == "a b c d a b c d"  # right after itself: drop_loops' case
+    assert drop_echoed_tail("") == ""
+
+
 async def test_finals_never_repeat_a_sentence_or_the_previous_tail():
     rec = ScriptedRecognizer([], finals=[
         hyp("A new release in the second week of March. The new release in the 2nd week of March."),
@@ -433,7 +475,7 @@ async def test_auto_language_waits_for_enough_audio_and_keeps_one_language_per_u
 
 @pytest.mark.parametrize("text", ["", "one"])
 async def test_flush_closes_an_open_utterance(text):
-    rec = ScriptedRecognizer([hyp(text)] * 3)
+    rec = ScriptedRecognizer([hyp(text)] * 3, finals=[hyp(text)])
     h = Harness(rec, decode_interval_ms=200)
     h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
     await h.speak(400)

@@ -83,3 +83,17 @@ def test_the_forced_context_setting_turns_on_both_rules():
     assert (default.force_context, default.partial_context_ms) == (False, 0)
     forced = transcriber_config(dataclasses.replace(Settings(), captions_force_context=True), "en")
     assert (forced.force_context, forced.partial_context_ms) == (True, FORCED_PARTIAL_CONTEXT_MS)
+
+
+def test_a_short_utterance_may_take_more_of_the_budget_to_hear_earlier_speech():
+    """Heard alone, a short phrase is where Whisper makes words up; its own decode is short, so it may spend
+    ``SHORT_BUDGET_FACTOR`` times the budget on the earlier speech."""
+    from rtc_agent.apps.captions.earlier_finals import SHORT_BUDGET_FACTOR, SHORT_UTTERANCE_S
+
+    e = finals()
+    e.decoded(wall_s=0.75, audio_s=10.0)  # 0.075 s a second of audio: 6 s fit 450 ms
+    assert abs(e.limit_s(SHORT_UTTERANCE_S) - 6.0) < 1e-9
+    assert abs(e.limit_s(1.5) - 6.0 * SHORT_BUDGET_FACTOR) < 1e-9
+    assert span(e, 15000, 0, 13000, "en") == (9800, "text 3", 12000)  # a 2 s utterance: the budget
+    assert span(e, 15000, 0, 13500, "en") == (6800, "text 2 text 3", 12000)  # 1.5 s: 9 s of audio in all
+    assert abs(e.context_from_ms(15000, 0, 13500) - 6000) <= 1 and abs(e.context_from_ms(15000, 0) - 9000) <= 1

@@ -6,8 +6,9 @@ that); it turns each result into caption events:
 - partials: LocalAgreement-2 commits what two consecutive continuations agree on (committed text never changes
   once sent); every usable result yields a ``caption.partial``. Hypotheses of less than ``min_commit_ms`` of audio
   are shown as tentative and commit nothing.
-- finals: the final decode's text when it is usable, else what the partials showed; never repeating the tail of
-  the previous final (n-gram guard), a sentence of its own, or a run of three words or more said twice in a row.
+- finals: the final decode's text when it is usable, else what the partials showed (not their tentative words alone
+  when the final decode heard none); never repeating the tail of the previous final (n-gram guard), a sentence of
+  its own, a run of three words or more said twice in a row, or ending in an echo of its own earlier words.
   A long utterance that pauses and goes on may be :meth:`~CaptionWriter.split` there: the final decode made at the
   pause is the final of the part before it.
   Past ``trim_after_s`` the utterance's audio is cut at the end of a committed segment (a final caption for what
@@ -30,6 +31,7 @@ from rtc_agent.apps.captions.earlier_finals import EarlierFinals, FinalCaption
 from rtc_agent.apps.captions.language import LanguageRule
 from rtc_agent.apps.captions.local_agreement import (
     LocalAgreement,
+    drop_echoed_tail,
     drop_loops,
     drop_overlap,
     drop_repeated_sentences,
@@ -229,11 +231,17 @@ class CaptionWriter:
         return True
 
     def _final_text(self) -> str:
-        """The final decode's text when it is usable, else what the partials showed; without repeats."""
+        """The final decode's text when it is usable, else what the partials showed; without repeats. A usable
+        final decode with no words (after its context is cut) wins over partials that committed nothing: their
+        tentative words were guesses from less audio ("K", "Uh u" for a breath)."""
         streamed = [*self.la.committed, *self.la.tentative]
         t = self.final.transcript if self.final is not None else None
-        words = t.text.split() if t is not None and self._usable(t) and t.text.strip() else streamed
-        text = drop_repeated_sentences(drop_loops(" ".join(words)))
+        usable = t is not None and self._usable(t)
+        if usable and t is not None and t.text.strip():
+            words = t.text.split()
+        else:
+            words = [] if usable and not self.la.committed else streamed
+        text = drop_repeated_sentences(drop_echoed_tail(drop_loops(" ".join(words))))
         previous = self.earlier.last
         if previous is not None:
             # audio shared with the previous utterance (its pre-roll) may repeat a word or two of it; longer

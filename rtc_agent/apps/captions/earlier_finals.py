@@ -20,6 +20,11 @@ __all__ = ["EarlierFinals", "FinalCaption", "HeardContext"]
 #: again (3-5x its usual time) does not take the next finals' context away, two slow ones in a row (a busy
 #: engine) do.
 RATE_WINDOW = 3
+#: A final decode of an utterance shorter than this (seconds) may take ``SHORT_BUDGET_FACTOR`` times the budget to
+#: hear earlier speech: heard alone, a short phrase over noise is where Whisper makes up words ("I'm going to add some
+#: salt and sugar" for "Followed by the pound key"), and its own decode is short.
+SHORT_UTTERANCE_S = 2.0
+SHORT_BUDGET_FACTOR = 1.5
 
 
 @dataclass
@@ -95,12 +100,15 @@ class EarlierFinals:
         ran (infinite before the first one)."""
         return float("inf") if not self.rate else self.budget_ms / 1000 / self.rate
 
-    def limit_s(self) -> float:
+    def limit_s(self, utterance_s: float | None = None) -> float:
         """The most audio (seconds, the utterance included) a final decode may hear: ``context_s``, less when
-        recent final decodes ran too slowly for ``budget_ms``."""
+        recent final decodes ran too slowly for ``budget_ms`` (``SHORT_BUDGET_FACTOR`` times it for an utterance
+        of ``utterance_s`` shorter than ``SHORT_UTTERANCE_S``)."""
         if self.rate is None:
             return self.context_s
-        return max(0.0, min(self.context_s, self.budget_ms / 1000 / self.rate))
+        short = utterance_s is not None and utterance_s < SHORT_UTTERANCE_S
+        budget_s = self.budget_ms / 1000 * (SHORT_BUDGET_FACTOR if short else 1.0)
+        return max(0.0, min(self.context_s, budget_s / self.rate))
 
     def _latest(self, language: str | None) -> Iterator[FinalCaption]:
         """The finals, latest first, up to one in another language than ``language`` (all of them when None)."""
@@ -109,10 +117,12 @@ class EarlierFinals:
                 return
             yield final
 
-    def context_from_ms(self, target_ms: int, kept_from_ms: int) -> int:
-        """The earliest audio a final decode covering audio up to ``target_ms`` may hear: :meth:`limit_s` before
-        it, at or after ``kept_from_ms`` (the audio still kept)."""
-        return max(target_ms - int(self.limit_s() * 1000), kept_from_ms)
+    def context_from_ms(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int | None = None) -> int:
+        """The earliest audio a final decode covering audio up to ``target_ms`` may hear: :meth:`limit_s` (for the
+        utterance from ``utterance_from_ms``, when given) before it, at or after ``kept_from_ms`` (the audio still
+        kept)."""
+        utterance_s = None if utterance_from_ms is None else (target_ms - utterance_from_ms) / 1000
+        return max(target_ms - int(self.limit_s(utterance_s) * 1000), kept_from_ms)
 
     def context_finals(self, target_ms: int, kept_from_ms: int, utterance_from_ms: int,
                        language: str | None, partial_ms: int = 0) -> list[FinalCaption]:
@@ -122,7 +132,7 @@ class EarlierFinals:
         at or after ``kept_from_ms`` (the audio still kept), and that ended before the utterance's own audio (from
         ``utterance_from_ms``); with ``partial_ms``, also the one the span cuts into when at least that much of it
         is left (:meth:`context_from_ms` is then where the audio begins)."""
-        lo = self.context_from_ms(target_ms, kept_from_ms)
+        lo = self.context_from_ms(target_ms, kept_from_ms, utterance_from_ms)
         found: list[FinalCaption] = []
         for final in self._latest(language):
             before_utterance = final.end_ms <= utterance_from_ms + self.preroll_ms
@@ -142,7 +152,8 @@ class EarlierFinals:
         finals = self.context_finals(target_ms, kept_from_ms, utterance_from_ms, language, partial_ms)
         if not finals:
             return None
-        begin = max(finals[0].start_ms - self.preroll_ms, self.context_from_ms(target_ms, kept_from_ms))
+        begin = max(finals[0].start_ms - self.preroll_ms,
+                    self.context_from_ms(target_ms, kept_from_ms, utterance_from_ms))
         return HeardContext(begin, tuple(finals))
 
     def prompt(self, language: str | None, chars: int) -> str:

@@ -14,8 +14,8 @@ import re
 
 from rtc_agent.words import common_prefix, normalize
 
-__all__ = ["LocalAgreement", "common_prefix", "drop_loops", "drop_overlap", "drop_repeated_sentences",
-           "strip_committed"]
+__all__ = ["LocalAgreement", "common_prefix", "drop_echoed_tail", "drop_loops", "drop_overlap",
+           "drop_repeated_sentences", "strip_committed"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 #: Two sentences this alike (word sequence ratio) in a row are the decoder repeating itself.
@@ -23,6 +23,11 @@ REPEAT_SIMILARITY = 0.75
 REPEAT_MIN_WORDS = 4
 LOOP_MIN_WORDS = 3
 OVERLAP_MAX_N = 5
+#: A text's last words that repeat a run of its own earlier words, not right after it (:func:`drop_echoed_tail`): at
+#: least this many, at least ``ECHO_MIN_DISTINCT`` of them different. Shorter echoes ("we're just saying some words
+#: just saying") look like what people say ("it is what it is").
+ECHO_MIN_WORDS = 4
+ECHO_MIN_DISTINCT = 3
 
 
 def drop_overlap(text: str, previous: str, *, min_n: int = 1, max_n: int = OVERLAP_MAX_N) -> str:
@@ -52,6 +57,21 @@ def drop_loops(text: str, min_n: int = LOOP_MIN_WORDS) -> str:
                 if rest and rest == norm[start:start + len(rest)]:
                     tail = size  # the loop's unfinished third copy
                 return drop_loops(" ".join(words[:start + n] + words[tail:]), min_n)
+    return text
+
+
+def drop_echoed_tail(text: str) -> str:
+    """``text`` without a tail that echoes its own earlier words: Whisper hearing the utterance again in the
+    padding after the speech ("...we've got a special edition of plat chat we've got a special edition of"). The
+    tail goes when it is a run of ``ECHO_MIN_WORDS`` or more words (``ECHO_MIN_DISTINCT`` of them different) said
+    earlier in ``text``; a repeat right after itself is :func:`drop_loops`' case. At most half of ``text`` goes."""
+    words = text.split()
+    norm = [normalize(w) for w in words]
+    size = len(words)
+    for k in range(size // 2, ECHO_MIN_WORDS - 1, -1):
+        tail = norm[size - k:]
+        if len(set(tail)) >= ECHO_MIN_DISTINCT and any(norm[i:i + k] == tail for i in range(size - 2 * k)):
+            return " ".join(words[:size - k])
     return text
 
 
