@@ -7,10 +7,10 @@ virtual time and nothing depends on this machine's load. The transcriber's clock
 much earlier speech a final hears) is a fixed cost model of an idle 2-core Xeon: a beam-5 decode 0.03 s + 0.035 s per
 second of audio, a greedy one 0.02 s + 0.012 s, and a decode the engine's repetition guard ran again that much
 more for its longer window (``--cost epyc``: a slower machine's, ``COST_MODELS``; ``--wall``: the real time each
-decode took instead). ``--opus``: each
-clip first goes through Opus at 96 kbit/s, 48 kHz stereo (aiortc's encoder; ffmpeg's libopus here) and back, as the
-real path hears it: the VAD's verdicts on quiet speech differ with it. Scored per clip as ``bench captions --set``
-scores it (:func:`rtc_agent.bench.common.wer` of the reference against the finals joined).
+decode took instead). ``--opus``: each clip first goes through Opus at 96 kbit/s, 48 kHz stereo (aiortc's encoder;
+ffmpeg's libopus here) and back, as the real path hears it: the VAD's verdicts on quiet speech differ with it.
+Scored per clip as ``bench captions --set`` scores it (:func:`rtc_agent.bench.common.wer` of the reference against
+the finals joined).
 """
 
 from __future__ import annotations
