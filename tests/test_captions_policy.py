@@ -329,6 +329,19 @@ async def test_an_empty_final_decode_wins_over_tentative_partials_only(partials,
     assert [f.text for f in h.of("caption.final")] == [shown]
 
 
+async def test_tentative_partials_that_repeat_the_previous_final_stand_against_an_empty_final_decode():
+    """The context cut may take a repeat of the previous final's end for the context's own words."""
+    rec = ScriptedRecognizer([hyp("yes please")] * 4, finals=[hyp("Yes, please."), hyp("")])
+    h = Harness(rec, decode_interval_ms=300)
+    for _ in range(2):
+        h.transcriber.on_speech(SpeechEvent("start", h.ms), h.ms)
+        await h.speak(300)
+        h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+        await h.settle()
+        h.audio(300)
+    assert [f.text for f in h.of("caption.final")] == ["Yes, please.", "yes please"]
+
+
 async def test_a_final_ending_in_an_echo_of_its_own_words_loses_the_echo():
     echo = "I'm sideshow joined by Custer and we've got a special edition of plat chat We've got a special edition of"
     rec = ScriptedRecognizer([], finals=[hyp(echo)])

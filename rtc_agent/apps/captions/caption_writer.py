@@ -42,6 +42,7 @@ from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Transcript
 from rtc_agent.protocol import ServerEvent
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial
+from rtc_agent.words import normalize
 
 __all__ = ["CaptionWriter", "FinalDecode"]
 
@@ -233,14 +234,17 @@ class CaptionWriter:
     def _final_text(self) -> str:
         """The final decode's text when it is usable, else what the partials showed; without repeats. A usable
         final decode with no words (after its context is cut) wins over partials that committed nothing: their
-        tentative words were guesses from less audio ("K", "Uh u" for a breath)."""
+        tentative words were guesses from less audio ("K", "Uh u" for a breath), unless they repeat the end of the
+        previous final (the cut may have taken a repeat for the context's own words)."""
         streamed = [*self.la.committed, *self.la.tentative]
         t = self.final.transcript if self.final is not None else None
         usable = t is not None and self._usable(t)
         if usable and t is not None and t.text.strip():
             words = t.text.split()
+        elif usable and not self.la.committed and not self._repeats_previous(self.la.tentative):
+            words = []
         else:
-            words = [] if usable and not self.la.committed else streamed
+            words = streamed
         text = drop_repeated_sentences(drop_echoed_tail(drop_loops(" ".join(words))))
         previous = self.earlier.last
         if previous is not None:
@@ -251,6 +255,14 @@ class CaptionWriter:
         if len(text.split()) < len(words):
             self.repeats_dropped += 1
         return text
+
+    def _repeats_previous(self, words: list[str]) -> bool:
+        """Whether ``words`` are the last words of the previous final (case and punctuation aside)."""
+        previous = self.earlier.last
+        if previous is None or not words:
+            return False
+        before = [normalize(w) for w in previous.text.split()]
+        return before[-len(words):] == [normalize(w) for w in words]
 
     def finish(self, end_ms: int) -> None:
         """The utterance ended at ``end_ms``: its final caption (from the kept final decode, if any)."""
