@@ -355,6 +355,64 @@ async def test_a_final_ending_in_an_echo_of_its_own_words_loses_the_echo():
     assert h.transcriber.repeats_dropped == 1
 
 
+@pytest.mark.parametrize(("unheard_ms", "shown"), [
+    (0, "We're just saying some words"),  # the partials heard it all and agreed: "just saying" is an echo
+    (500, "We're just saying some words just saying"),  # half a second the partials never heard: maybe said
+])
+async def test_a_short_echo_goes_only_where_the_partials_heard_the_utterance_to_its_end(unheard_ms, shown):
+    said = "We're just saying some words"
+    rec = ScriptedRecognizer([hyp(said), hyp(said)], finals=[hyp(f"{said} just saying")])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(600)
+    h.audio(unheard_ms)  # speech no partial decoded
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.partial")[-1].committed == said
+    assert [f.text for f in h.of("caption.final")] == [shown]
+
+
+def test_a_short_echo_is_cut_only_when_it_repeats_what_was_heard():
+    from rtc_agent.apps.captions.local_agreement import drop_unheard_echo
+
+    heard = ["We're", "just", "saying", "some", "words"]
+    assert drop_unheard_echo([*heard, "just", "saying"], heard) == heard
+    assert drop_unheard_echo([*heard, "thanks"], heard) == [*heard, "thanks"]  # other words: said after all
+    assert drop_unheard_echo([*heard, "just", "saying", "some", "words"], heard) == [
+        *heard, "just", "saying", "some", "words"]  # four words: drop_echoed_tail's case
+    assert drop_unheard_echo(["We", "are", "saying", "just"], heard) == ["We", "are", "saying", "just"]
+    assert drop_unheard_echo(["it", "is", "what", "it", "is"], ["it", "is", "what"]) == ["it", "is", "what"]
+    assert drop_unheard_echo(heard, []) == heard and drop_unheard_echo([], heard) == []
+
+
+async def test_a_final_decode_that_stops_short_of_the_committed_words_gets_them_back():
+    rec = ScriptedRecognizer([hyp("there's some speakers but"), hyp("there's some speakers but who")],
+                             finals=[hyp("There's some speakers.")])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(600)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.partial")[-1].committed == "there's some speakers but"
+    assert [f.text for f in h.of("caption.final")] == ["There's some speakers but"]
+
+
+def test_committed_words_follow_a_final_only_where_it_ends_inside_them():
+    from rtc_agent.apps.captions.local_agreement import with_committed_tail
+
+    committed = ["there's", "some", "speakers", "but"]
+    assert with_committed_tail(["There's", "some", "speakers."], committed) == ["There's", "some", "speakers", "but"]
+    # the final goes on past them, or says something else at its end: it stands
+    assert with_committed_tail(["There's", "some", "speech", "errors"], committed) == [
+        "There's", "some", "speech", "errors"]
+    assert with_committed_tail(["Corpus", "I", "have", "a", "cold", "so", "I", "apply"],
+                               ["I", "have", "a", "cold", "so", "p", "p"]) == [
+        "Corpus", "I", "have", "a", "cold", "so", "I", "apply"]
+    assert with_committed_tail(["so", "it", "goes"], committed) == ["so", "it", "goes"]  # one word alike: no match
+    assert with_committed_tail(["hello"], ["hello", "there"]) == ["hello", "there"]
+    assert with_committed_tail([], committed) == [] and with_committed_tail(["a"], []) == ["a"]
+
+
 def test_an_echoed_tail_is_cut_but_what_people_repeat_stays():
     from rtc_agent.apps.captions.local_agreement import drop_echoed_tail
 

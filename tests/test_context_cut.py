@@ -115,3 +115,14 @@ def test_voiced_audio_counts_frames_above_the_recordings_noise():
     assert abs(voiced.seconds(0.0, 4.0) - 0.5) <= 0.04
     assert voiced.seconds(2.0, 4.0) == 0.0
     assert VoicedAudio(np.zeros(16000, dtype=np.float32)).seconds(0.0, 1.0) == 0.0  # digital silence
+
+
+def test_a_context_that_ends_in_an_echo_of_its_own_words_still_matches():
+    """The context's final ended in an echo its decode heard in the padding ("...some words just saying"): the
+    utterance's decode repeats the context's words without the echo, and they are still the context's."""
+    words = ["We're", "just", "saying", "some", "words,", "and", "here's", "some", "more", "words."]
+    assert context_words_in(words, "We're just saying some words just saying") == 5
+    assert context_words_in(words, "We're just saying some words thanks everyone") == 0  # not an echo: other words
+    t = transcript((0.0, 6.7, " We're just saying some words, and here's some more words, words, words."))
+    assert without_context(t, 3.0, "We're just saying some words just saying", speech_end_s=2.7).text == \
+        "and here's some more words, words, words."

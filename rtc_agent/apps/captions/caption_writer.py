@@ -8,7 +8,9 @@ that); it turns each result into caption events:
   are shown as tentative and commit nothing.
 - finals: the final decode's text when it is usable, else what the partials showed (not their tentative words alone
   when the final decode heard none); never repeating the tail of the previous final (n-gram guard), a sentence of
-  its own, a run of three words or more said twice in a row, or ending in an echo of its own earlier words.
+  its own, a run of three words or more said twice in a row, or ending in an echo of its own earlier words (a
+  short one too, when partials that heard the utterance up to its end agreed on all of it without the echo); a
+  final decode that stops short of the committed words gets them back.
   A long utterance that pauses and goes on may be :meth:`~CaptionWriter.split` there: the final decode made at the
   pause is the final of the part before it.
   Past ``trim_after_s`` the utterance's audio is cut at the end of a committed segment (a final caption for what
@@ -35,7 +37,9 @@ from rtc_agent.apps.captions.local_agreement import (
     drop_loops,
     drop_overlap,
     drop_repeated_sentences,
+    drop_unheard_echo,
     strip_committed,
+    with_committed_tail,
 )
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
@@ -47,6 +51,9 @@ from rtc_agent.words import normalize
 __all__ = ["CaptionWriter", "FinalDecode"]
 
 _segment_ids = itertools.count(1)
+#: Partials "heard the utterance up to its end" when their last decode covered the audio up to this close to where
+#: the speech ended: less than a short word.
+HEARD_SLACK_MS = 150
 
 
 @dataclass
@@ -77,6 +84,7 @@ class CaptionWriter:
         self.segment_id: str | None = None
         self.segment_start_ms = 0
         self.partials_sent = 0
+        self.heard_ms = 0  # the audio the last partial of the segment covered
         self.utterance_language: str | None = None  # one language from an utterance's first decode to its final
         self.last_language: str | None = config.language
         self.final: FinalDecode | None = None
@@ -99,6 +107,7 @@ class CaptionWriter:
         self.la.reset()
         self.boundary = None
         self.partials_sent = 0
+        self.heard_ms = 0
         self.utterance_language = self.rule.current
         self.segment_id = f"seg_{next(_segment_ids)}"
         self.segment_start_ms = start_ms
@@ -156,6 +165,7 @@ class CaptionWriter:
         if not self.la.committed and not self.la.tentative:
             return False
         self.partials_sent += 1
+        self.heard_ms = covered_ms
         behind = self.behind_ms(covered_ms)
         self.max_behind_ms = max(self.max_behind_ms, behind)
         self.emit(CaptionPartial(
@@ -213,6 +223,7 @@ class CaptionWriter:
         self.segment_id = f"seg_{next(_segment_ids)}"
         self.segment_start_ms = start_ms
         self.partials_sent = 0
+        self.heard_ms = 0
 
     def split(self, end_ms: int, cut_ms: int) -> bool:
         """The utterance paused at ``end_ms`` and goes on: the kept final decode, of its audio up to ``cut_ms``,
@@ -235,12 +246,15 @@ class CaptionWriter:
         """The final decode's text when it is usable, else what the partials showed; without repeats. A usable
         final decode with no words (after its context is cut) wins over partials that committed nothing: their
         tentative words were guesses from less audio ("K", "Uh u" for a breath), unless they repeat the end of the
-        previous final (the cut may have taken a repeat for the context's own words)."""
+        previous final (the cut may have taken a repeat for the context's own words). A final decode's text keeps
+        the committed words it stopped short of, and loses a short echo the partials show was not said."""
         streamed = [*self.la.committed, *self.la.tentative]
         t = self.final.transcript if self.final is not None else None
         usable = t is not None and self._usable(t)
         if usable and t is not None and t.text.strip():
-            words = t.text.split()
+            words = with_committed_tail(t.text.split(), self.la.committed)
+            if self._partials_heard_all():
+                words = drop_unheard_echo(words, self.la.committed)
         elif usable and not self.la.committed and not self._repeats_previous(self.la.tentative):
             words = []
         else:
@@ -255,6 +269,14 @@ class CaptionWriter:
         if len(text.split()) < len(words):
             self.repeats_dropped += 1
         return text
+
+    def _partials_heard_all(self) -> bool:
+        """Whether the partials agreed on every word they heard (none tentative) and their last decode heard the
+        utterance up to (``HEARD_SLACK_MS`` before) where its speech ended: the final decode's audio ends
+        ``tail_ms`` after that."""
+        if self.final is None or self.la.tentative or not self.la.committed:
+            return False
+        return self.final.covered_ms - self.config.tail_ms - self.heard_ms <= HEARD_SLACK_MS
 
     def _repeats_previous(self, words: list[str]) -> bool:
         """Whether ``words`` are the last words of the previous final (case and punctuation aside)."""

@@ -33,6 +33,9 @@ STRADDLE_SLACK_S = 0.3
 CONTEXT_TAIL_WORDS = 60
 #: A match must end this close to the end of the context's text (words): the straddling segment goes on from there.
 END_SLACK_WORDS = 1
+#: ...or further from it, when the context words after the match (at most this many) all occur in the match: an
+#: echo its final decode heard in the padding ("We're just saying some words just saying"), not speech after it.
+ECHO_SLACK_WORDS = 3
 #: A text cut must lie near where the segment's timing puts the boundary (spoken at an even pace): within this many
 #: words, or this share of the segment's words. Otherwise an utterance that repeats the context's last words
 #: ("...followed by the pound key." then "Followed by the pound key.") would lose them.
@@ -44,7 +47,8 @@ GAP_VOICED_S = 0.3
 
 def context_words_in(words: list[str], context_text: str) -> int:
     """How many leading ``words`` repeat the end of ``context_text``: the end of the longest run of them that
-    matches the context's words up to (nearly) the context's end; 0 when none does."""
+    matches the context's words up to (nearly) the context's end, or up to an echo of the run's own words at the
+    context's end; 0 when none does."""
     context = [w for w in (normalize(x) for x in context_text.split()[-CONTEXT_TAIL_WORDS:]) if w]
     said = [normalize(w) for w in words]
     if not context or not said:
@@ -52,7 +56,9 @@ def context_words_in(words: list[str], context_text: str) -> int:
     best = 0
     matcher = difflib.SequenceMatcher(None, context, said, autojunk=False)
     for block in matcher.get_matching_blocks():
-        ends_context = block.a + block.size >= len(context) - END_SLACK_WORDS
+        after = context[block.a + block.size:]
+        ends_context = len(after) <= END_SLACK_WORDS or (
+            len(after) <= ECHO_SLACK_WORDS and set(after) <= set(context[block.a:block.a + block.size]))
         if block.size and ends_context and (block.size >= 2 or block.b + block.size == 1):
             best = max(best, block.b + block.size)
     return best

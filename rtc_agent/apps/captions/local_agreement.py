@@ -15,7 +15,7 @@ import re
 from rtc_agent.words import common_prefix, normalize
 
 __all__ = ["LocalAgreement", "common_prefix", "drop_echoed_tail", "drop_loops", "drop_overlap",
-           "drop_repeated_sentences", "strip_committed"]
+           "drop_repeated_sentences", "drop_unheard_echo", "strip_committed", "with_committed_tail"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 #: Two sentences this alike (word sequence ratio) in a row are the decoder repeating itself.
@@ -28,6 +28,8 @@ OVERLAP_MAX_N = 5
 #: just saying") look like what people say ("it is what it is").
 ECHO_MIN_WORDS = 4
 ECHO_MIN_DISTINCT = 3
+#: Shorter echoes go only where the partials show they were not said (:func:`drop_unheard_echo`): at most this many.
+UNHEARD_ECHO_MAX_WORDS = 3
 
 
 def drop_overlap(text: str, previous: str, *, min_n: int = 1, max_n: int = OVERLAP_MAX_N) -> str:
@@ -75,6 +77,20 @@ def drop_echoed_tail(text: str) -> str:
     return text
 
 
+def drop_unheard_echo(words: list[str], heard: list[str]) -> list[str]:
+    """``words`` (a final decode) without the words it adds after ``heard`` (what partials that heard the whole
+    utterance agreed on) when those are at most ``UNHEARD_ECHO_MAX_WORDS`` words repeating a run of ``heard``:
+    the short echo :func:`drop_echoed_tail` leaves ("We're just saying some words just saying", where the partials
+    heard "We're just saying some words" up to the speech's end). Unchanged when ``words`` does not start with
+    ``heard`` or adds other words. The caller vouches that the partials heard the audio up to the speech's end."""
+    norm, before = [normalize(w) for w in words], [normalize(w) for w in heard]
+    size, extra = len(before), norm[len(before):]
+    if not before or norm[:size] != before or not 0 < len(extra) <= UNHEARD_ECHO_MAX_WORDS:
+        return words
+    k = len(extra)
+    return words[:size] if any(before[i:i + k] == extra for i in range(size - k + 1)) else words
+
+
 def drop_repeated_sentences(text: str) -> str:
     """``text`` without a sentence that repeats the one just before it ("A new release in the second week of
     March. The new release in the 2nd week of March."): at least ``REPEAT_MIN_WORDS`` words, alike by
@@ -90,6 +106,25 @@ def drop_repeated_sentences(text: str) -> str:
                 continue
         kept.append(sentence)
     return " ".join(kept)
+
+
+def with_committed_tail(words: list[str], committed: list[str]) -> list[str]:
+    """``words`` (a final decode) with the committed words it stopped short of: when its last two words or more
+    match committed words (case and punctuation aside) and committed words follow them, those follow here too.
+    A final decode may end early (a fast, quiet phrase: "...there's some speakers" where the partials committed
+    "...there's some speakers but"), and committed words were shown as settled (the final's last word loses a
+    closing period or comma before them). A final that goes on past the match, or matches nothing at its end, is
+    unchanged."""
+    norm, before = [normalize(w) for w in words], [normalize(w) for w in committed]
+    if not norm or not before:
+        return words
+    blocks = difflib.SequenceMatcher(a=before, b=norm, autojunk=False).get_matching_blocks()
+    last = max((b for b in blocks if b.size), key=lambda b: b.b, default=None)
+    if last is None or last.b + last.size != len(norm) or last.a + last.size >= len(before):
+        return words
+    if last.size < 2 and len(norm) > 1:
+        return words
+    return [*words[:-1], words[-1].rstrip(".,;:"), *committed[last.a + last.size:]]
 
 
 def strip_committed(words: list[str], committed: list[str]) -> list[str]:
