@@ -397,6 +397,29 @@ async def test_a_final_decode_that_stops_short_of_the_committed_words_gets_them_
     assert [f.text for f in h.of("caption.final")] == ["There's some speakers but"]
 
 
+def test_words_committed_after_a_pause_do_not_join_the_final_of_the_part_before_it():
+    """Speech resumed after a pause and partials committed words past it before the final decode made at the pause
+    arrived: the split's final is that decode's text, without them (the next part decodes them)."""
+    from rtc_agent.apps.audio_ring import AudioRing
+    from rtc_agent.apps.captions.caption_writer import CaptionWriter, FinalDecode
+    from rtc_agent.apps.captions.earlier_finals import EarlierFinals
+    from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
+
+    events: list = []
+    buffer = UtteranceAudio()
+    buffer.reset(np.zeros(16000 * 4, dtype=np.float32), 0)
+    writer = CaptionWriter(TranscriberConfig(language="en", min_commit_ms=0), events.append,
+                           EarlierFinals(context_s=0, budget_ms=450, preroll_ms=200, max_finals=4), buffer,
+                           AudioRing(10.0))
+    writer.begin(0)
+    for _ in range(2):  # heard up to 3.5 s: the words after the pause at 2 s are committed
+        writer.apply_partial(hyp("the part before and the part after"), 3500)
+    assert writer.committed_text() == "the part before and the part after"
+    writer.final = FinalDecode(hyp("The part before"), 2150)  # the decode made at the pause, to 2 s + its tail
+    assert writer.split(2000, 2150)
+    assert [e.text for e in events if e.type == "caption.final"] == ["The part before"]
+
+
 def test_committed_words_follow_a_final_only_where_it_ends_inside_them():
     from rtc_agent.apps.captions.local_agreement import with_committed_tail
 

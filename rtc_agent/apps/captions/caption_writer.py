@@ -252,9 +252,11 @@ class CaptionWriter:
         t = self.final.transcript if self.final is not None else None
         usable = t is not None and self._usable(t)
         if usable and t is not None and t.text.strip():
-            words = with_committed_tail(t.text.split(), self.la.committed)
-            if self._partials_heard_all():
-                words = drop_unheard_echo(words, self.la.committed)
+            words = t.text.split()
+            if self._committed_within_final():
+                words = with_committed_tail(words, self.la.committed)
+                if self._partials_heard_all():
+                    words = drop_unheard_echo(words, self.la.committed)
         elif usable and not self.la.committed and not self._repeats_previous(self.la.tentative):
             words = []
         else:
@@ -269,6 +271,11 @@ class CaptionWriter:
         if len(text.split()) < len(words):
             self.repeats_dropped += 1
         return text
+
+    def _committed_within_final(self) -> bool:
+        """Whether the partials heard no audio past the final decode's: not so when the speech resumed after a pause
+        and partials ran on before the final decode made at the pause split the utterance there."""
+        return self.final is not None and bool(self.la.committed) and self.heard_ms <= self.final.covered_ms
 
     def _partials_heard_all(self) -> bool:
         """Whether the partials agreed on every word they heard (none tentative) and their last decode heard the
