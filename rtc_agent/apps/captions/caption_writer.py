@@ -103,14 +103,9 @@ class CaptionWriter:
 
     def begin(self, start_ms: int) -> None:
         """A new utterance, speech from ``start_ms``."""
-        self.final = None
         self.la.reset()
-        self.boundary = None
-        self.partials_sent = 0
-        self.heard_ms = 0
         self.utterance_language = self.rule.current
-        self.segment_id = f"seg_{next(_segment_ids)}"
-        self.segment_start_ms = start_ms
+        self._next_segment(start_ms)
 
     def behind_ms(self, covered_ms: int) -> int:
         return max(0, self.recent.end_ms - covered_ms)

@@ -83,11 +83,10 @@ def drop_unheard_echo(words: list[str], heard: list[str]) -> list[str]:
     the short echo :func:`drop_echoed_tail` leaves ("We're just saying some words just saying", where the partials
     heard "We're just saying some words" up to the speech's end). Unchanged when ``words`` does not start with
     ``heard`` or adds other words. The caller vouches that the partials heard the audio up to the speech's end."""
-    norm, before = [normalize(w) for w in words], [normalize(w) for w in heard]
-    size, extra = len(before), norm[len(before):]
-    if not before or norm[:size] != before or not 0 < len(extra) <= UNHEARD_ECHO_MAX_WORDS:
+    size, k = len(heard), len(words) - len(heard)
+    if not heard or common_prefix(words, heard) < size or not 0 < k <= UNHEARD_ECHO_MAX_WORDS:
         return words
-    k = len(extra)
+    before, extra = [normalize(w) for w in heard], [normalize(w) for w in words[size:]]
     return words[:size] if any(before[i:i + k] == extra for i in range(size - k + 1)) else words
 
 
