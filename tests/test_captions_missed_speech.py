@@ -69,3 +69,11 @@ async def test_a_silent_pause_adds_nothing():
     assert content_share(text, MISSED_WORDS) == 0, finals
     assert len(normalize_text(text).split()) <= len(normalize_text(f"{HEARD} {LAST}").split()) + 2, finals
     assert wer(f"{HEARD} {LAST}", text) <= 0.2, finals
+
+
+async def test_speech_the_vad_missed_before_any_final_goes_with_the_first():
+    clip, spans = speech_clip([MISSED, LAST], gap_s=0.8, sample_rate=16000)
+    finals = await captions(clip, [spans[1]])  # a turn whose first sentence is too quiet for the VAD
+    text = " ".join(finals)
+    assert content_share(text, MISSED_WORDS) >= 0.5, finals
+    assert wer(f"{MISSED} {LAST}", text) <= 0.25, finals

@@ -56,6 +56,15 @@ def test_local_agreement_commits_what_two_hypotheses_share():
     assert strip_committed(["a", "cat", "sat"], ["the", "cat"]) == ["sat"]
 
 
+def test_word_runs_compare_normalized_words():
+    from rtc_agent.words import contains_run, normalized
+
+    assert normalized(["Hello,", "World!", "it's"]) == ["hello", "world", "it's"]
+    assert contains_run(normalized("We're just saying some words".split()), ["just", "saying"])
+    assert contains_run(["a", "b"], ["a", "b"]) and not contains_run(["a", "b"], ["b", "a"])
+    assert not contains_run(["a"], ["a", "b"]) and not contains_run(["a"], [])
+
+
 class ScriptedRecognizer:
     """Answers each partial decode (greedy) with the next transcript of ``script`` and each final decode (beam
     search) with the next of ``finals``; an empty answer when a script has run out (a final then falls back to

@@ -46,7 +46,7 @@ from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
 from rtc_agent.engines.asr.base import SAMPLE_RATE, Transcript
 from rtc_agent.protocol import ServerEvent
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial
-from rtc_agent.words import normalize
+from rtc_agent.words import normalized
 
 __all__ = ["CaptionWriter", "FinalDecode"]
 
@@ -285,8 +285,7 @@ class CaptionWriter:
         previous = self.earlier.last
         if previous is None or not words:
             return False
-        before = [normalize(w) for w in previous.text.split()]
-        return before[-len(words):] == [normalize(w) for w in words]
+        return normalized(previous.text.split())[-len(words):] == normalized(words)
 
     def finish(self, end_ms: int) -> None:
         """The utterance ended at ``end_ms``: its final caption (from the kept final decode, if any)."""

@@ -23,7 +23,7 @@ import difflib
 from collections.abc import Callable
 
 from rtc_agent.engines.asr.base import Segment, Transcript
-from rtc_agent.words import normalize
+from rtc_agent.words import normalize, normalized
 
 __all__ = ["without_context"]
 
@@ -50,7 +50,7 @@ def context_words_in(words: list[str], context_text: str) -> int:
     matches the context's words up to (nearly) the context's end, or up to an echo of the run's own words at the
     context's end; 0 when none does."""
     context = [w for w in (normalize(x) for x in context_text.split()[-CONTEXT_TAIL_WORDS:]) if w]
-    said = [normalize(w) for w in words]
+    said = normalized(words)
     if not context or not said:
         return 0
     best = 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from rtc_agent.words import common_prefix, normalize
+from rtc_agent.words import common_prefix, contains_run, normalized
 
 __all__ = ["LocalAgreement", "common_prefix", "drop_echoed_tail", "drop_loops", "drop_overlap",
            "drop_repeated_sentences", "drop_unheard_echo", "strip_committed", "with_committed_tail"]
@@ -36,9 +36,9 @@ def drop_overlap(text: str, previous: str, *, min_n: int = 1, max_n: int = OVERL
     """``text`` without a leading run of words that repeats the end of ``previous`` (the n-gram guard of
     WhisperLiveKit's ``HypothesisBuffer``): the longest n from ``max_n`` down to ``min_n`` whose last n words of
     ``previous`` equal the first n of ``text`` (case and punctuation aside). Never removes all of ``text``."""
-    words, before = text.split(), [normalize(w) for w in previous.split()]
+    words, before = text.split(), normalized(previous.split())
     for n in range(min(max_n, len(words) - 1, len(before)), min_n - 1, -1):
-        if n > 0 and [normalize(w) for w in words[:n]] == before[-n:]:
+        if n > 0 and normalized(words[:n]) == before[-n:]:
             return " ".join(words[n:])
     return text
 
@@ -49,7 +49,7 @@ def drop_loops(text: str, min_n: int = LOOP_MIN_WORDS) -> str:
     time only, and what follows the repeat is dropped when it is the start of yet another copy. People do not say
     a phrase of three words or more twice in a row; Whisper does, in the padding after the speech."""
     words = text.split()
-    norm = [normalize(w) for w in words]
+    norm = normalized(words)
     size = len(words)
     for start in range(size):
         for n in range(min_n, (size - start) // 2 + 1):
@@ -68,11 +68,11 @@ def drop_echoed_tail(text: str) -> str:
     tail goes when it is a run of ``ECHO_MIN_WORDS`` or more words (``ECHO_MIN_DISTINCT`` of them different) said
     earlier in ``text``; a repeat right after itself is :func:`drop_loops`' case. At most half of ``text`` goes."""
     words = text.split()
-    norm = [normalize(w) for w in words]
+    norm = normalized(words)
     size = len(words)
     for k in range(size // 2, ECHO_MIN_WORDS - 1, -1):
         tail = norm[size - k:]
-        if len(set(tail)) >= ECHO_MIN_DISTINCT and any(norm[i:i + k] == tail for i in range(size - 2 * k)):
+        if len(set(tail)) >= ECHO_MIN_DISTINCT and contains_run(norm[:size - k - 1], tail):  # not right before it
             return " ".join(words[:size - k])
     return text
 
@@ -86,8 +86,7 @@ def drop_unheard_echo(words: list[str], heard: list[str]) -> list[str]:
     size, k = len(heard), len(words) - len(heard)
     if not heard or common_prefix(words, heard) < size or not 0 < k <= UNHEARD_ECHO_MAX_WORDS:
         return words
-    before, extra = [normalize(w) for w in heard], [normalize(w) for w in words[size:]]
-    return words[:size] if any(before[i:i + k] == extra for i in range(size - k + 1)) else words
+    return words[:size] if contains_run(normalized(heard), normalized(words[size:])) else words
 
 
 def drop_repeated_sentences(text: str) -> str:
@@ -98,8 +97,7 @@ def drop_repeated_sentences(text: str) -> str:
     kept: list[str] = []
     for sentence in sentences:
         if kept:
-            a = [normalize(w) for w in kept[-1].split()]
-            b = [normalize(w) for w in sentence.split()]
+            a, b = normalized(kept[-1].split()), normalized(sentence.split())
             alike = difflib.SequenceMatcher(a=a, b=b, autojunk=False).ratio()
             if min(len(a), len(b)) >= REPEAT_MIN_WORDS and alike >= REPEAT_SIMILARITY:
                 continue
@@ -114,7 +112,7 @@ def with_committed_tail(words: list[str], committed: list[str]) -> list[str]:
     "...there's some speakers but"), and committed words were shown as settled (the final's last word loses a
     closing period or comma before them). A final that goes on past the match, or matches nothing at its end, is
     unchanged."""
-    norm, before = [normalize(w) for w in words], [normalize(w) for w in committed]
+    norm, before = normalized(words), normalized(committed)
     if not norm or not before:
         return words
     blocks = difflib.SequenceMatcher(a=before, b=norm, autojunk=False).get_matching_blocks()

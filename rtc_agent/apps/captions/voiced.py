@@ -37,7 +37,27 @@ class VoicedAudio:
         levels = self.levels_db
         return max(MIN_FLOOR_DB, float(np.percentile(levels, FLOOR_PERCENTILE)) if len(levels) else MIN_FLOOR_DB)
 
-    def seconds(self, start_s: float, end_s: float) -> float:
-        """Seconds of frames from ``start_s`` to ``end_s`` at least ``OVER_FLOOR_DB`` above the floor."""
+    def seconds(self, start_s: float, end_s: float, min_run_s: float = 0.0) -> float:
+        """Seconds of frames from ``start_s`` to ``end_s`` at least ``OVER_FLOOR_DB`` above the floor, counting only
+        runs of at least ``min_run_s`` of them (a click or a key press is shorter than a syllable)."""
+        return float(np.count_nonzero(self._voiced(start_s, end_s, min_run_s))) * FRAME_S
+
+    def first_s(self, start_s: float, end_s: float, min_run_s: float = 0.0) -> float | None:
+        """Where the first voiced frame from ``start_s`` to ``end_s`` (in a run of at least ``min_run_s``) starts,
+        in seconds into the audio; None when none is."""
+        voiced = np.flatnonzero(self._voiced(start_s, end_s, min_run_s))
+        return None if not len(voiced) else (max(0, int(start_s / FRAME_S)) + int(voiced[0])) * FRAME_S
+
+    def _voiced(self, start_s: float, end_s: float, min_run_s: float) -> np.ndarray:
         lo, hi = max(0, int(start_s / FRAME_S)), max(0, int(np.ceil(end_s / FRAME_S)))
-        return float(np.count_nonzero(self.levels_db[lo:hi] >= self.floor_db + OVER_FLOOR_DB)) * FRAME_S
+        voiced = self.levels_db[lo:hi] >= self.floor_db + OVER_FLOOR_DB
+        frames = round(min_run_s / FRAME_S)
+        if frames <= 1 or not voiced.any():
+            return voiced
+        edges = np.diff(np.concatenate([[0], voiced.astype(np.int8), [0]]))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        kept = np.zeros_like(voiced)
+        for a, b in zip(starts, ends, strict=True):
+            if b - a >= frames:
+                kept[a:b] = True
+        return kept
