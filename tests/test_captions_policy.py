@@ -60,7 +60,7 @@ def test_word_runs_compare_normalized_words():
     from rtc_agent.words import contains_run, normalized
 
     assert normalized(["Hello,", "World!", "it's"]) == ["hello", "world", "it's"]
-    assert contains_run(normalized("We're just saying some words".split()), ["just", "saying"])
+    assert contains_run(normalized(["We're", "just", "saying", "some", "words"]), ["just", "saying"])
     assert contains_run(["a", "b"], ["a", "b"]) and not contains_run(["a", "b"], ["b", "a"])
     assert not contains_run(["a"], ["a", "b"]) and not contains_run(["a"], [])
 

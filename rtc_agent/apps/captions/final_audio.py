@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 MISSED_VOICED_S = 0.5
 #: ...counting voiced runs of at least this long (seconds): syllables, not clicks or key presses.
 MISSED_MIN_RUN_S = 0.1
-#: ...from this long (ms) before the pause's first such run: the silence before it is not decoded.
-MISSED_LEAD_MS = 200
+#: ...and, before the session's first final decode (no decode speed measured yet, so no budget), at most this long (ms)
+#: before the utterance: a long stretch of music or room noise before the first words is not decoded.
+MISSED_MAX_MS = 6000
 #: The pause starts this long (ms) after the last final's speech: the VAD may end speech before its last word, which
 #: that final's decode heard (in noise, "...followed by the pound key" heard again as "palm gi").
 MISSED_AFTER_FINAL_MS = 500
@@ -71,11 +72,14 @@ def final_audio(buffer: UtteranceAudio, recent: AudioRing, earlier: EarlierFinal
 
 def _after_missed_speech(audio: np.ndarray, recent: AudioRing, earlier: EarlierFinals, target_ms: int,
                          start_ms: int) -> DecodeAudio:
-    """The utterance's ``audio`` (from ``start_ms``) after the voiced part of the pause before it that fits the
-    budget, from ``MISSED_LEAD_MS`` before its first voiced run, when at least ``MISSED_VOICED_S`` of it is voiced
-    (the pause starts ``MISSED_AFTER_FINAL_MS`` after the last final's speech); the utterance alone otherwise. The
-    context has no text: everything in it is the pause's."""
+    """The utterance's ``audio`` (from ``start_ms``) after the pause before it, as much as fits the budget, when at
+    least ``MISSED_VOICED_S`` of that is voiced in runs of ``MISSED_MIN_RUN_S`` (the pause starts
+    ``MISSED_AFTER_FINAL_MS`` after the last final's speech; before any final decode's speed is known, at most
+    ``MISSED_MAX_MS`` before the utterance); the utterance alone otherwise. The context has no text: everything in
+    it is the pause's."""
     pause_from = earlier.context_from_ms(target_ms, recent.start_ms, start_ms)
+    if earlier.rate is None:
+        pause_from = max(pause_from, start_ms - MISSED_MAX_MS)
     if earlier.last is not None:
         pause_from = max(pause_from, earlier.last.end_ms + MISSED_AFTER_FINAL_MS)
     pause = recent.slice(pause_from, start_ms) if pause_from < start_ms else np.zeros(0, dtype=np.float32)
@@ -83,10 +87,7 @@ def _after_missed_speech(audio: np.ndarray, recent: AudioRing, earlier: EarlierF
     if pause_s < MISSED_VOICED_S:
         return DecodeAudio(audio)
     voiced = VoicedAudio(np.concatenate([pause, audio]))
-    first_s = voiced.first_s(0.0, pause_s, MISSED_MIN_RUN_S)
-    if first_s is None or voiced.seconds(first_s, pause_s, MISSED_MIN_RUN_S) < MISSED_VOICED_S:
+    if voiced.seconds(0.0, pause_s, MISSED_MIN_RUN_S) < MISSED_VOICED_S:
         return DecodeAudio(audio)
-    context = pause[max(0, int((first_s - MISSED_LEAD_MS / 1000) * SAMPLE_RATE)):]
-    log.debug("final decode at %d ms hears %.1f s of the voiced pause before its utterance", start_ms,
-              len(context) / SAMPLE_RATE)
-    return DecodeAudio(np.concatenate([context, audio]), len(context) * 1000 // SAMPLE_RATE)
+    log.debug("final decode at %d ms hears %.1f s of the voiced pause before its utterance", start_ms, pause_s)
+    return DecodeAudio(np.concatenate([pause, audio]), len(pause) * 1000 // SAMPLE_RATE)

@@ -42,12 +42,6 @@ class VoicedAudio:
         runs of at least ``min_run_s`` of them (a click or a key press is shorter than a syllable)."""
         return float(np.count_nonzero(self._voiced(start_s, end_s, min_run_s))) * FRAME_S
 
-    def first_s(self, start_s: float, end_s: float, min_run_s: float = 0.0) -> float | None:
-        """Where the first voiced frame from ``start_s`` to ``end_s`` (in a run of at least ``min_run_s``) starts,
-        in seconds into the audio; None when none is."""
-        voiced = np.flatnonzero(self._voiced(start_s, end_s, min_run_s))
-        return None if not len(voiced) else (max(0, int(start_s / FRAME_S)) + int(voiced[0])) * FRAME_S
-
     def _voiced(self, start_s: float, end_s: float, min_run_s: float) -> np.ndarray:
         lo, hi = max(0, int(start_s / FRAME_S)), max(0, int(np.ceil(end_s / FRAME_S)))
         voiced = self.levels_db[lo:hi] >= self.floor_db + OVER_FLOOR_DB
