@@ -1,5 +1,5 @@
 """``final_audio``: what a final decode hears, the utterance after the earlier speech that fits the budget (where no
-earlier final fits, after the voiced part of the pause before it: speech the VAD missed)."""
+earlier final fits, after the pause before it when enough of that is voiced: speech the VAD missed)."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def final_audio(buffer: UtteranceAudio, recent: AudioRing, earlier: EarlierFinal
                 target_ms: int, language: str | None, partial_context_ms: int) -> DecodeAudio:
     """The utterance in ``buffer`` to ``target_ms`` (session clock), after the earlier speech still in ``recent``
     that ``earlier`` says fits the final budget (none when the utterance alone is longer than
-    ``context_max_utterance_s``; where no earlier final fits, the voiced part of the pause before the utterance, as
-    ``MISSED_VOICED_S`` says). ``partial_context_ms``: the least of an earlier final the budget cuts into that
-    may still be heard (0: whole finals only)."""
+    ``context_max_utterance_s``; where no earlier final fits, the pause before the utterance when enough of it is
+    voiced, as ``MISSED_VOICED_S`` says). ``partial_context_ms``: the least of an earlier final the budget cuts into
+    that may still be heard (0: whole finals only)."""
     start_ms = buffer.start_ms
     audio = buffer.audio()[: max(0, (target_ms - start_ms) * SAMPLE_RATE // 1000)]
     if config.context_s <= 0 or len(audio) > config.context_max_utterance_s * SAMPLE_RATE:

@@ -18,8 +18,8 @@ quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the en
 ready; if speech resumes, it is discarded. A final decode never waits for a partial decode still running, and it is
 ``urgent`` for the worker (served before the partials of every session). The context span is cut so the decode
 fits ``final_budget_ms`` (:class:`~rtc_agent.apps.captions.earlier_finals.EarlierFinals`); where no earlier
-utterance fits, the decode still hears the voiced part of the pause before the utterance (speech the VAD missed:
-:mod:`~rtc_agent.apps.captions.final_audio`).
+utterance fits, the decode still hears the pause before the utterance when enough of it is voiced (speech the VAD
+missed: :mod:`~rtc_agent.apps.captions.final_audio`).
 
 A long utterance (``split_min_s``, and longer than the budget decodes at the measured speed) that pauses for at
 least ``tail_ms`` and goes on is split there: the final decode made at the pause is the final of the part before
