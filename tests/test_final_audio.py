@@ -1,6 +1,6 @@
-"""What a final decode hears (``final_audio``): the earlier finals that fit the budget, else the voiced part of the
-pause before the utterance (speech the VAD missed), else the utterance alone. Synthetic audio: hiss at -60 dBFS
-with tones where someone speaks."""
+"""What a final decode hears (``final_audio``): the earlier finals that fit the budget, else the pause before the
+utterance when enough of it is voiced (speech the VAD missed), else the utterance alone. Synthetic audio: hiss at
+-60 dBFS with tones where someone speaks."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_a_pause_of_hiss_short_sounds_or_clicks_adds_nothing():
     assert heard(session(10.0, [*typing, (6.0, 8.0)]), (6.0, 8.0)).context_ms == 0
 
 
-def test_the_pause_starts_after_the_last_finals_tail_and_within_the_budget():
+def test_the_pause_starts_after_the_last_final_and_within_the_budget():
     audio = session(20.0, [(1.0, 3.0), (4.0, 5.0), (9.0, 10.0), (12.0, 16.0)])
     # the final of 1-3 s is older than the budget allows (0.45 s at 0.05 s per second of audio: 9 s, the
     # utterance included), so it is not heard; the pause from 7 s on is, with the missed speech at 9-10 s

@@ -82,7 +82,7 @@ def _after_missed_speech(audio: np.ndarray, recent: AudioRing, earlier: EarlierF
         pause_from = max(pause_from, start_ms - MISSED_MAX_MS)
     if earlier.last is not None:
         pause_from = max(pause_from, earlier.last.end_ms + MISSED_AFTER_FINAL_MS)
-    pause = recent.slice(pause_from, start_ms) if pause_from < start_ms else np.zeros(0, dtype=np.float32)
+    pause = recent.slice(pause_from, start_ms)  # empty when pause_from >= start_ms
     pause_s = len(pause) / SAMPLE_RATE
     if pause_s < MISSED_VOICED_S:
         return DecodeAudio(audio)

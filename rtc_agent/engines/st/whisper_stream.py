@@ -29,7 +29,7 @@ import numpy as np
 
 from rtc_agent.engines.asr.base import TranscribeRequest, Transcript
 from rtc_agent.engines.st.base import SAMPLE_RATE, Turn
-from rtc_agent.words import common_prefix, normalize
+from rtc_agent.words import common_prefix, normalized
 
 __all__ = ["PAUSE_COMMIT_S", "WhisperStream", "agreed_prefix", "ends_sentence", "quiet_tail_s"]
 
@@ -257,13 +257,13 @@ class WhisperStream:
         base = len(self.committed)
         if agreed_prefix(self.committed, words) == base:
             return words[base:]
-        normalized = [normalize(w) for w in words]
+        norm = normalized(words)
         for size in (3, 2):
             if base < size:
                 continue
-            tail = [normalize(w) for w in self.committed[-size:]]
+            tail = normalized(self.committed[-size:])
             for p in range(len(words) - size, -1, -1):
-                if normalized[p:p + size] == tail:
+                if norm[p:p + size] == tail:
                     return words[p + size:]
         return words[base:]
 
