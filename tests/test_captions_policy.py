@@ -646,6 +646,37 @@ async def test_slow_final_decodes_shrink_the_context_to_the_budget(budget_ms, de
     assert heard_ms == (3350 if hears_context else 3200 + 150 - 2100), heard_ms
 
 
+@pytest.mark.parametrize(("partial_logprob", "hears_context"), [(-0.2, False), (-1.5, True)])
+async def test_an_utterance_its_partials_found_hard_hears_more_earlier_speech(partial_logprob, hears_context):
+    """Final decodes ran at 0.3 s for 1.45 s of audio; with a 420 ms budget the second utterance (1.25 s with its
+    pre-roll and tail: short, 1.5x the budget) may hear ~3 s of audio, not the first utterance's whole 3.35 s. When
+    its partial was unsure of its words (mean log-probability below ``HARD_LOGPROB``), its final may take
+    ``HARD_BUDGET_FACTOR`` (2) times the budget: ~4 s, so it hears the first utterance."""
+    first = hyp("Agent login.", [(0.0, 1.2, " Agent login.")])
+    both = hyp("Agent login. Press star for help.", [(0.0, 1.2, " Agent login."), (2.3, 3.4, " Press star for help.")])
+    alone = hyp("Press star for help.", [(0.0, 1.1, " Press star for help.")])
+    rec = ScriptedRecognizer([hyp("Press", avg_logprob=partial_logprob)],
+                             finals=[first, both if hears_context else alone])
+    h = Harness(rec, decode_interval_ms=10_000, context_s=8.0, final_budget_ms=420)
+    h.audio(200)
+    h.transcriber.on_speech(SpeechEvent("start", 200), h.ms)
+    h.audio(1100)
+    h.transcriber.on_speech(SpeechEvent("end", 1300), h.ms)
+    await h.settle()
+    for _ in range(2):  # the median of the last three final decodes' speeds: 0.3 s for 1.45 s of audio
+        h.transcriber.earlier.decoded(wall_s=0.3, audio_s=1.45)
+    h.audio(900)
+    h.transcriber.on_speech(SpeechEvent("start", 2300), h.ms)
+    await h.speak(1200)  # one partial decode, once 300 ms of audio are there
+    h.transcriber.on_speech(SpeechEvent("end", 3200), h.ms)
+    await h.settle()
+    assert len(rec.partial_requests) == 1
+    assert [f.text for f in h.of("caption.final")] == ["Agent login.", "Press star for help."]
+    heard_ms = len(rec.final_requests[1].audio) // 16
+    assert heard_ms == (3350 if hears_context else 3350 - 2100), heard_ms
+    assert h.transcriber.stats()["hard_finals"] == int(hears_context)
+
+
 async def three_utterances(rec: ScriptedRecognizer) -> Harness:
     """Utterances at 0.2-1.3, 1.8-2.6 and 3.3-4.0 s, each final decode hearing up to 3 s of audio."""
     h = Harness(rec, decode_interval_ms=10_000, context_s=3.0, force_context=True, partial_context_ms=100)

@@ -97,3 +97,23 @@ def test_a_short_utterance_may_take_more_of_the_budget_to_hear_earlier_speech():
     assert span(e, 15000, 0, 13000, "en") == (9800, "text 3", 12000)  # a 2 s utterance: the budget
     assert span(e, 15000, 0, 13500, "en") == (6800, "text 2 text 3", 12000)  # 1.5 s: 9 s of audio in all
     assert abs(e.context_from_ms(15000, 0, 13500) - 6000) <= 1 and abs(e.context_from_ms(15000, 0) - 9000) <= 1
+
+
+def test_an_utterance_hard_to_hear_may_take_more_of_the_budget():
+    """An utterance whose partials were unsure of their words may spend ``HARD_BUDGET_FACTOR`` times the budget on
+    earlier speech; a short one that is also hard gets the larger of the two factors, not their product."""
+    from rtc_agent.apps.captions.earlier_finals import HARD_BUDGET_FACTOR, SHORT_BUDGET_FACTOR
+
+    assert HARD_BUDGET_FACTOR > SHORT_BUDGET_FACTOR
+    e = finals()
+    assert e.limit_s(hard=True) == 16.0  # no speed known yet: context_s either way
+    e.decoded(wall_s=0.75, audio_s=10.0)  # 6 s fit 450 ms
+    assert abs(e.limit_s(3.0, hard=True) - 6.0 * HARD_BUDGET_FACTOR) < 1e-9
+    assert abs(e.limit_s(1.0, hard=True) - 6.0 * HARD_BUDGET_FACTOR) < 1e-9
+    assert e.limit_s(3.0) == 6.0
+    assert span(e, 15000, 0, 13000, "en") == (9800, "text 3", 12000)
+    assert span(e, 15000, 0, 13000, "en", 0, True) == (6800, "text 2 text 3", 12000)  # 12 s of audio in all
+    assert abs(e.context_from_ms(15000, 0, 13000, hard=True) - (15000 - 6000 * HARD_BUDGET_FACTOR)) <= 1
+    e.decoded(wall_s=4.0, audio_s=10.0)
+    e.decoded(wall_s=4.0, audio_s=10.0)  # 0.4 s a second: 2.25 s hard, nothing earlier fits
+    assert span(e, 15000, 0, 13000, "en", 0, True) is None

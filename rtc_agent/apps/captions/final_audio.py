@@ -48,19 +48,20 @@ class DecodeAudio:
 
 
 def final_audio(buffer: UtteranceAudio, recent: AudioRing, earlier: EarlierFinals, config: TranscriberConfig,
-                target_ms: int, language: str | None, partial_context_ms: int) -> DecodeAudio:
+                target_ms: int, language: str | None, partial_context_ms: int, hard: bool = False) -> DecodeAudio:
     """The utterance in ``buffer`` to ``target_ms`` (session clock), after the earlier speech still in ``recent``
     that ``earlier`` says fits the final budget (none when the utterance alone is longer than
     ``context_max_utterance_s``; where no earlier final fits, the pause before the utterance when enough of it is
     voiced, as ``MISSED_VOICED_S`` says). ``partial_context_ms``: the least of an earlier final the budget cuts into
-    that may still be heard (0: whole finals only)."""
+    that may still be heard (0: whole finals only). ``hard``: the partials found the utterance hard to hear, so the
+    budget is larger (``EarlierFinals.limit_s``)."""
     start_ms = buffer.start_ms
     audio = buffer.audio()[: max(0, (target_ms - start_ms) * SAMPLE_RATE // 1000)]
     if config.context_s <= 0 or len(audio) > config.context_max_utterance_s * SAMPLE_RATE:
         return DecodeAudio(audio)
-    heard = earlier.context(target_ms, recent.start_ms, start_ms, language, partial_context_ms)
+    heard = earlier.context(target_ms, recent.start_ms, start_ms, language, partial_context_ms, hard)
     if heard is None:
-        return _after_missed_speech(audio, recent, earlier, target_ms, start_ms)
+        return _after_missed_speech(audio, recent, earlier, target_ms, start_ms, hard)
     if heard.begin_ms >= start_ms:
         return DecodeAudio(audio)
     context = recent.slice(heard.begin_ms, start_ms)
@@ -71,13 +72,13 @@ def final_audio(buffer: UtteranceAudio, recent: AudioRing, earlier: EarlierFinal
 
 
 def _after_missed_speech(audio: np.ndarray, recent: AudioRing, earlier: EarlierFinals, target_ms: int,
-                         start_ms: int) -> DecodeAudio:
+                         start_ms: int, hard: bool) -> DecodeAudio:
     """The utterance's ``audio`` (from ``start_ms``) after the pause before it, as much as fits the budget, when at
     least ``MISSED_VOICED_S`` of that is voiced in runs of ``MISSED_MIN_RUN_S`` (the pause starts
     ``MISSED_AFTER_FINAL_MS`` after the last final's speech; before any final decode's speed is known, at most
     ``MISSED_MAX_MS`` before the utterance); the utterance alone otherwise. The context has no text: everything in
     it is the pause's."""
-    pause_from = earlier.context_from_ms(target_ms, recent.start_ms, start_ms)
+    pause_from = earlier.context_from_ms(target_ms, recent.start_ms, start_ms, hard)
     if earlier.rate is None:
         pause_from = max(pause_from, start_ms - MISSED_MAX_MS)
     if earlier.last is not None:

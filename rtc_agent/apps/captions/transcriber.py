@@ -17,7 +17,8 @@ of one the budget cuts into, ``partial_context_ms``, once the engine has forced 
 quiet window once ``tail_ms`` of it has arrived, so when the VAD confirms the end of speech the final is usually
 ready; if speech resumes, it is discarded. A final decode never waits for a partial decode still running, and it is
 ``urgent`` for the worker (served before the partials of every session). The context span is cut so the decode
-fits ``final_budget_ms`` (:class:`~rtc_agent.apps.captions.earlier_finals.EarlierFinals`); where no earlier
+fits ``final_budget_ms`` (:class:`~rtc_agent.apps.captions.earlier_finals.EarlierFinals`; more of it for an
+utterance its partials found hard to hear: :mod:`~rtc_agent.apps.captions.partial_confidence`); where no earlier
 utterance fits, the decode still hears the pause before the utterance when enough of it is voiced (speech the VAD
 missed: :mod:`~rtc_agent.apps.captions.final_audio`).
 
@@ -50,6 +51,7 @@ from rtc_agent.apps.captions.context_cut import without_context
 from rtc_agent.apps.captions.earlier_finals import EarlierFinals, FinalCaption
 from rtc_agent.apps.captions.final_audio import DecodeAudio, final_audio
 from rtc_agent.apps.captions.language import LanguageRule
+from rtc_agent.apps.captions.partial_confidence import PartialConfidence
 from rtc_agent.apps.captions.speech_segmenter import SpeechEvent
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
 from rtc_agent.apps.captions.utterance_audio import UtteranceAudio
@@ -104,8 +106,9 @@ class StreamingTranscriber:
         self._last_decode_wall_ms = 0.0
         self._error_reported = False
         self._engine_forces = False  # the engine forced a final's context once: partial contexts are safe
+        self._confidence = PartialConfidence()  # of the utterance's partials
         # numbers for stats()
-        self.decodes = self.final_decodes = self.splits = self.forced_context_finals = 0
+        self.decodes = self.final_decodes = self.splits = self.forced_context_finals = self.hard_finals = 0
         self.decode_seconds = 0.0
 
     # --- state ---
@@ -208,6 +211,7 @@ class StreamingTranscriber:
         self._pause_at = None
         self._split_at = None
         self._error_reported = False
+        self._confidence.reset()
         self.writer.begin(start_ms)
         from_ms = start_ms - self.config.preroll_ms
         to_ms = self._recent.end_ms if end_ms is None else min(self._recent.end_ms, end_ms + self.config.tail_ms)
@@ -317,14 +321,18 @@ class StreamingTranscriber:
             self._last_decode_at_ms = now_ms
             self._decoding = task
 
-    def _final_audio(self) -> DecodeAudio:
-        """What a final decode hears (:func:`final_audio`): to the pause's tail, or to the final's target."""
+    def _final_audio(self, hard: bool) -> DecodeAudio:
+        """What a final decode hears (:func:`final_audio`): to the pause's tail, or to the final's target;
+        ``hard``: with the larger budget of an utterance hard to hear."""
         target = self._pause_at + self.config.tail_ms if self._pause_at is not None else self._final_target_ms()
         return final_audio(self._buffer, self._recent, self.earlier, self.config, target,
-                           self.writer.utterance_language, self.config.partial_context_ms if self._engine_forces else 0)
+                           self.writer.utterance_language, self.config.partial_context_ms if self._engine_forces else 0,
+                           hard)
 
     async def _decode(self, now_ms: int, final: bool) -> None:
-        heard = self._final_audio() if final else DecodeAudio(self._buffer.audio())
+        hard = final and self._confidence.hard
+        self.hard_finals += int(hard)
+        heard = self._final_audio(hard) if final else DecodeAudio(self._buffer.audio())
         audio, context_ms = heard.audio, heard.context_ms
         covered = self._buffer.start_ms + (len(audio) * 1000 // SAMPLE_RATE - context_ms)
         utterance = self._utterance
@@ -361,6 +369,8 @@ class StreamingTranscriber:
         if transcript is not None:
             self.decodes += 1
             self.final_decodes += int(final)
+            if not final:
+                self._confidence.add(transcript)
             self.decode_seconds += transcript.decode_s
         if final:
             if transcript is not None and context_ms:
@@ -386,6 +396,7 @@ class StreamingTranscriber:
             "final_decodes": self.final_decodes,
             "splits": self.splits,
             "forced_context_finals": self.forced_context_finals,
+            "hard_finals": self.hard_finals,
             "mean_decode_ms": round(1000 * self.decode_seconds / self.decodes, 1) if self.decodes else None,
             "dropped_results": self.writer.dropped_results,
             "repeats_dropped": self.writer.repeats_dropped,

@@ -1,0 +1,30 @@
+"""How sure an utterance's partials were of their words: the running mean of their ``avg_logprob``."""
+
+from __future__ import annotations
+
+from rtc_agent.apps.captions.partial_confidence import HARD_LOGPROB, PartialConfidence
+from rtc_agent.engines.asr.base import Transcript
+
+
+def partial(logprob: float) -> Transcript:
+    return Transcript(text="words", avg_logprob=logprob)
+
+
+def test_an_utterance_is_hard_when_its_partials_average_below_the_threshold():
+    c = PartialConfidence()
+    assert c.mean is None and not c.hard  # no partial yet: the usual budget
+    c.add(partial(HARD_LOGPROB + 0.3))
+    assert not c.hard
+    c.add(partial(HARD_LOGPROB - 0.5))
+    c.add(partial(HARD_LOGPROB - 0.5))
+    assert c.mean is not None and abs(c.mean - (HARD_LOGPROB - 0.7 / 3)) < 1e-9
+    assert c.hard
+    c.reset()  # a new utterance starts from nothing
+    assert c.mean is None and not c.hard
+
+
+def test_an_engine_that_gives_no_logprob_is_never_hard():
+    c = PartialConfidence()
+    for _ in range(5):
+        c.add(Transcript(text="words"))  # avg_logprob 0.0: a remote engine
+    assert c.mean == 0.0 and not c.hard
