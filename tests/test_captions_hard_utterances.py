@@ -5,17 +5,12 @@ do not. Assertions are counts with margins and a WER bound, not exact words or l
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
-from rtc_agent.apps.captions.transcriber import StreamingTranscriber
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
-from rtc_agent.bench.captions_virtual import WINDOW, replay
 from rtc_agent.bench.common import wer
-from rtc_agent.config import Settings
-from tests.conftest import shared_worker
+from tests.scripted_vad import finals_with_scripted_vad
 from tests.speech import speech_clip
 
 pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
@@ -33,37 +28,13 @@ def noisy(clip: np.ndarray, snr_db: float, seed: int = 7) -> np.ndarray:
     return np.clip(x + noise, -32768, 32767).astype(np.int16)
 
 
-async def captions(clip: np.ndarray, speech: list[tuple[float, float]]) -> tuple[list[str], dict]:
-    """The final captions of ``clip`` (16 kHz int16) when the VAD hears speech within ``speech`` (seconds), and
-    the transcriber's stats."""
-    worker = shared_worker(Settings())
-    events: list = []
-    tasks: list[asyncio.Task] = []
-
-    def spawn(coro, name: str) -> asyncio.Task:
-        tasks.append(asyncio.ensure_future(coro))
-        return tasks[-1]
-
-    transcriber = StreamingTranscriber(lambda request: worker.call("asr", request), events.append, spawn,
-                                       TranscriberConfig(language="en"))
-    audio = clip.astype(np.float32) / 32768
-    windows = len(audio) // WINDOW
-    probs = np.array([1.0 if any(a * 1000 <= i * 32 < b * 1000 for a, b in speech) else 0.0 for i in range(windows)])
-    try:
-        await replay(transcriber, audio, probs, tasks)
-    finally:
-        await worker.close()
-    finals = [e.text for e in events if getattr(e, "type", "") == "caption.final" and e.text.strip()]
-    return finals, transcriber.stats()
-
-
 async def test_utterances_in_heavy_noise_take_the_larger_budget_and_clean_ones_do_not():
     """Natively the clean sentences' partials average -0.3 to -0.6 (the threshold is -0.7) and the same sentences at
     -5 dB SNR -0.85 to -1.2; the counts leave one sentence of margin either way."""
     clip, spans = speech_clip(SENTENCES, gap_s=0.8, sample_rate=16000)
-    finals, stats = await captions(clip, spans)
+    finals, stats = await finals_with_scripted_vad(clip, spans, TranscriberConfig(language="en"))
     assert stats["hard_finals"] <= 1, (stats, finals)
     assert wer(" ".join(SENTENCES), " ".join(finals)) <= 0.15, finals
-    finals, stats = await captions(noisy(clip, -5.0), spans)
+    finals, stats = await finals_with_scripted_vad(noisy(clip, -5.0), spans, TranscriberConfig(language="en"))
     assert stats["hard_finals"] >= 2, (stats, finals)
     assert len(finals) >= 2, finals  # still captioned, as well as Whisper hears it

@@ -6,17 +6,12 @@ the pause is silent. Assertions are content-word shares and WER bounds, not exac
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
-from rtc_agent.apps.captions.transcriber import StreamingTranscriber
 from rtc_agent.apps.captions.transcriber_config import TranscriberConfig
-from rtc_agent.bench.captions_virtual import WINDOW, replay
 from rtc_agent.bench.common import normalize_text, wer
-from rtc_agent.config import Settings
-from tests.conftest import shared_worker
+from tests.scripted_vad import finals_with_scripted_vad
 from tests.speech import content_share, speech_clip
 
 pytestmark = pytest.mark.real_model  # loads real models: .ci/run runs these under cpu-profile avx2 too
@@ -30,24 +25,8 @@ MISSED_WORDS = ["walked", "river", "watched", "boats", "drift", "slowly"]
 async def captions(clip: np.ndarray, speech: list[tuple[float, float]]) -> list[str]:
     """The final captions of ``clip`` (16 kHz int16) when the VAD hears speech only within ``speech`` (seconds).
     The final budget is generous so the last final hears all the earlier speech on any CPU."""
-    worker = shared_worker(Settings())
-    events: list = []
-    tasks: list[asyncio.Task] = []
-
-    def spawn(coro, name: str) -> asyncio.Task:
-        tasks.append(asyncio.ensure_future(coro))
-        return tasks[-1]
-
     config = TranscriberConfig(language="en", context_s=16.0, final_budget_ms=10_000)
-    transcriber = StreamingTranscriber(lambda request: worker.call("asr", request), events.append, spawn, config)
-    audio = clip.astype(np.float32) / 32768
-    windows = len(audio) // WINDOW
-    probs = np.array([1.0 if any(a * 1000 <= i * 32 < b * 1000 for a, b in speech) else 0.0 for i in range(windows)])
-    try:
-        await replay(transcriber, audio, probs, tasks)
-    finally:
-        await worker.close()
-    return [e.text for e in events if getattr(e, "type", "") == "caption.final" and e.text.strip()]
+    return (await finals_with_scripted_vad(clip, speech, config))[0]
 
 
 async def test_the_next_final_carries_speech_the_vad_missed():

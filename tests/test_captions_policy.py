@@ -361,7 +361,7 @@ async def test_a_final_ending_in_an_echo_of_its_own_words_loses_the_echo():
     await h.settle()
     assert [f.text for f in h.of("caption.final")] == [
         "I'm sideshow joined by Custer and we've got a special edition of plat chat"]
-    assert h.transcriber.repeats_dropped == 1
+    assert h.transcriber.stats()["repeats_dropped"] == 1
 
 
 @pytest.mark.parametrize(("unheard_ms", "shown"), [
@@ -475,7 +475,7 @@ async def test_finals_never_repeat_a_sentence_or_the_previous_tail():
     await h.settle()
     assert [f.text for f in h.of("caption.final")] == ["A new release in the second week of March.",
                                                         "We measured the latency."]
-    assert h.transcriber.repeats_dropped == 2
+    assert h.transcriber.stats()["repeats_dropped"] == 2
     # the previous final is the decoder's context
     assert rec.final_requests[1].prompt == "A new release in the second week of March."
 
@@ -503,7 +503,7 @@ async def test_silence_guard_drops_hallucinations():
     h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
     await h.settle()
     assert h.of("caption.partial") == [] and h.of("caption.final") == []
-    assert h.transcriber.dropped_results >= 2
+    assert h.transcriber.stats()["dropped_results"] >= 2
 
 
 async def test_repetitive_results_are_dropped():

@@ -137,14 +137,6 @@ class StreamingTranscriber:
         """The session's finals so far (kept for export)."""
         return self.earlier.finals
 
-    @property
-    def dropped_results(self) -> int:
-        return self.writer.dropped_results
-
-    @property
-    def repeats_dropped(self) -> int:
-        return self.writer.repeats_dropped
-
     def context_limit_s(self) -> float:
         """The most audio (seconds, the utterance included) a final decode may hear now."""
         return self.earlier.limit_s()
