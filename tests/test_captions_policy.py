@@ -406,6 +406,33 @@ async def test_a_final_decode_that_stops_short_of_the_committed_words_gets_them_
     assert [f.text for f in h.of("caption.final")] == ["There's some speakers but"]
 
 
+async def test_a_final_decode_that_lost_the_committed_words_gives_way_to_them():
+    """Beam search on a short utterance alone collapsed into a word said twice; two agreeing partials had the
+    utterance: the final is what they showed, and the transcriber counts it."""
+    said = "playback of the list of people attending is complete"
+    rec = ScriptedRecognizer([hyp(said), hyp(said)], finals=[hyp("Playback Playback")])
+    h = Harness(rec, decode_interval_ms=300)
+    h.transcriber.on_speech(SpeechEvent("start", 0), h.ms)
+    await h.speak(600)
+    h.transcriber.on_speech(SpeechEvent("end", h.ms), h.ms)
+    await h.settle()
+    assert h.of("caption.partial")[-1].committed == said
+    assert [f.text for f in h.of("caption.final")] == [said]
+    assert h.transcriber.stats()["lost_finals"] == 1
+
+
+def test_a_final_loses_the_committed_words_only_when_it_keeps_few_of_them_in_few_words():
+    from rtc_agent.apps.captions.local_agreement import loses_committed
+
+    committed = ["playback", "of", "the", "list", "of", "people", "attending", "is"]
+    assert loses_committed(["Playback", "Playback"], committed)
+    assert loses_committed(["Thank", "you."], committed)
+    assert not loses_committed(["Playback", "of", "the", "list", "of", "people."], committed)  # stopped short: kept
+    assert not loses_committed(["The", "playlist", "of", "the", "people", "attending", "is", "complete."], committed)
+    assert not loses_committed(["Okay."], ["okay", "so", "yes"])  # three committed words: too few to judge
+    assert not loses_committed([], committed[:2]) and loses_committed([], committed)
+
+
 def test_words_committed_after_a_pause_do_not_join_the_final_of_the_part_before_it():
     """Speech resumed after a pause and partials committed words past it before the final decode made at the pause
     arrived: the split's final is that decode's text, without them (the next part decodes them)."""

@@ -8,6 +8,10 @@ from rtc_agent.apps.captions.context_cut import context_words_in, without_contex
 from rtc_agent.engines.asr.base import Segment, Transcript
 
 
+def said(text: str) -> list[str]:
+    return text.split()
+
+
 def transcript(*segments: tuple[float, float, str], audio_s: float = 9.0) -> Transcript:
     return Transcript(text="".join(s[2] for s in segments).strip(), segments=[Segment(*s) for s in segments],
                       audio_s=audio_s)
@@ -132,3 +136,25 @@ def test_a_context_that_ends_in_an_echo_of_its_own_words_still_matches():
     t = transcript((0.0, 6.7, " We're just saying some words, and here's some more words, words, words."))
     assert without_context(t, 3.0, "We're just saying some words just saying", speech_end_s=2.7).text == \
         "and here's some more words, words, words."
+
+
+def test_context_words_match_whether_a_compound_is_written_open_closed_or_hyphenated():
+    """Two decodes of the same audio write a compound differently; the words still repeat the context's."""
+    context = "Making a famine where abundance lies Thy self-thy foe."
+    assert context_words_in(said("Thyself thy foe, to thy sweet self too cruel."), context) == 3
+    assert context_words_in(said("thy self thy foe to thy sweet"), context) == 4
+    assert context_words_in(said("He was not an ill disposed young man"), "for them. He was not an ill-disposed") == 6
+    assert context_words_in(said("to thy sweet self"), context) == 0  # other words: nothing cut
+
+
+def test_a_word_the_match_ends_inside_counts_only_at_the_contexts_end():
+    context = "who had vanished behind the curtain on the left"
+    assert context_words_in(said("the curtains on the right"), "behind the curtain") == 2  # 7 of 8 letters
+    assert context_words_in(said("on the leftmost side"), context) == 2  # "leftmost": 4 of 8 letters, a new word
+    assert context_words_in(said("the curtain is"), "behind the curtain on the left") == 0  # not its end
+
+
+def test_a_straddling_segment_that_writes_the_contexts_compound_closed_is_cut_after_it():
+    t = transcript((0.0, 5.0, " Thyself thy foe, to thy sweet self too cruel."))
+    cut = without_context(t, 1.6, "Making a famine where abundance lies Thy self-thy foe.")
+    assert cut.text == "to thy sweet self too cruel."

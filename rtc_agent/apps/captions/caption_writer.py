@@ -10,7 +10,8 @@ that); it turns each result into caption events:
   when the final decode heard none); never repeating the tail of the previous final (n-gram guard), a sentence of
   its own, a run of three words or more said twice in a row, or ending in an echo of its own earlier words (a
   short one too, when partials that heard the utterance up to its end agreed on all of it without the echo); a
-  final decode that stops short of the committed words gets them back.
+  final decode that stops short of the committed words gets them back, and one that lost most of them (beam search
+  collapsing into a word or two: "Playback Playback") gives way to what the partials showed.
   A long utterance that pauses and goes on may be :meth:`~CaptionWriter.split` there: the final decode made at the
   pause is the final of the part before it.
   Past ``trim_after_s`` the utterance's audio is cut at the end of a committed segment (a final caption for what
@@ -38,6 +39,7 @@ from rtc_agent.apps.captions.local_agreement import (
     drop_overlap,
     drop_repeated_sentences,
     drop_unheard_echo,
+    loses_committed,
     strip_committed,
     with_committed_tail,
 )
@@ -91,6 +93,7 @@ class CaptionWriter:
         # numbers for stats()
         self.dropped_results = 0
         self.repeats_dropped = 0
+        self.lost_finals = 0  # final decodes that lost what the partials committed (their words kept instead)
         self.max_behind_ms = 0
 
     @property
@@ -242,16 +245,21 @@ class CaptionWriter:
         final decode with no words (after its context is cut) wins over partials that committed nothing: their
         tentative words were guesses from less audio ("K", "Uh u" for a breath), unless they repeat the end of the
         previous final (the cut may have taken a repeat for the context's own words). A final decode's text keeps
-        the committed words it stopped short of, and loses a short echo the partials show was not said."""
+        the committed words it stopped short of, and loses a short echo the partials show was not said; one that
+        lost most of the committed words (:func:`loses_committed`) gives way to the partials' words."""
         streamed = [*self.la.committed, *self.la.tentative]
         t = self.final.transcript if self.final is not None else None
         usable = t is not None and self._usable(t)
         if usable and t is not None and t.text.strip():
             words = t.text.split()
             if self._committed_within_final():
-                words = with_committed_tail(words, self.la.committed)
-                if self._partials_heard_all():
-                    words = drop_unheard_echo(words, self.la.committed)
+                if loses_committed(words, self.la.committed):
+                    words = streamed
+                    self.lost_finals += 1
+                else:
+                    words = with_committed_tail(words, self.la.committed)
+                    if self._partials_heard_all():
+                        words = drop_unheard_echo(words, self.la.committed)
         elif usable and not self.la.committed and not self._repeats_previous(self.la.tentative):
             words = []
         else:

@@ -36,6 +36,9 @@ END_SLACK_WORDS = 1
 #: ...or further from it, when the context words after the match (at most this many) all occur in the match: an
 #: echo its final decode heard in the padding ("We're just saying some words just saying"), not speech after it.
 ECHO_SLACK_WORDS = 3
+#: A word the match ends inside, at the context's end, repeats the context's last word when the match holds this
+#: share of its letters: an ending the other decode heard differently (``foe`` / ``foes``, ``vanish`` / ``vanished``).
+PARTIAL_WORD_SHARE = 2 / 3
 #: A text cut must lie near where the segment's timing puts the boundary (spoken at an even pace): within this many
 #: words, or this share of the segment's words. Otherwise an utterance that repeats the context's last words
 #: ("...followed by the pound key." then "Followed by the pound key.") would lose them.
@@ -45,22 +48,49 @@ CUT_SLACK_SHARE = 0.25
 GAP_VOICED_S = 0.3
 
 
+def _run_together(words: list[str]) -> tuple[str, list[int]]:
+    """``words``' letters with nothing between them, and where each word ends in that string."""
+    ends: list[int] = []
+    total = 0
+    for word in words:
+        total += len(word)
+        ends.append(total)
+    return "".join(words), ends
+
+
 def context_words_in(words: list[str], context_text: str) -> int:
     """How many leading ``words`` repeat the end of ``context_text``: the end of the longest run of them that
     matches the context's words up to (nearly) the context's end, or up to an echo of the run's own words at the
-    context's end; 0 when none does."""
+    context's end; 0 when none does.
+
+    Compared letter by letter with the spaces and hyphens left out, so a compound written open in one decode and
+    closed or hyphenated in the other (``thy self-thy foe`` / ``thyself thy foe``) still matches. A run counts
+    when it holds two whole words, or the first word alone; a word the match ends inside counts too when the match
+    reaches the context's last letter and holds ``PARTIAL_WORD_SHARE`` of it (``foe`` / ``foes``)."""
     context = [w for w in (normalize(x) for x in context_text.split()[-CONTEXT_TAIL_WORDS:]) if w]
     said = normalized(words)
-    if not context or not said:
+    if not context or not any(said):
         return 0
+    context_letters, context_ends = _run_together(context)
+    said_letters, said_ends = _run_together(said)
     best = 0
-    matcher = difflib.SequenceMatcher(None, context, said, autojunk=False)
-    for block in matcher.get_matching_blocks():
-        after = context[block.a + block.size:]
-        ends_context = len(after) <= END_SLACK_WORDS or (
-            len(after) <= ECHO_SLACK_WORDS and set(after) <= set(context[block.a:block.a + block.size]))
-        if block.size and ends_context and (block.size >= 2 or block.b + block.size == 1):
-            best = max(best, block.b + block.size)
+    matcher = difflib.SequenceMatcher(None, context_letters, said_letters, autojunk=False)
+    for a, b, size in matcher.get_matching_blocks():
+        if not size:
+            continue
+        inside = [w for w, end in zip(context, context_ends, strict=True) if end - len(w) >= a and end <= a + size]
+        after = [w for w, end in zip(context, context_ends, strict=True) if end > a + size]
+        if not (len(after) <= END_SLACK_WORDS or (len(after) <= ECHO_SLACK_WORDS and set(after) <= set(inside))):
+            continue
+        whole = [i for i, end in enumerate(said_ends) if said[i] and end - len(said[i]) >= b and end <= b + size]
+        if not (len(whole) >= 2 or whole == [0]):
+            continue
+        count = whole[-1] + 1
+        if a + size == len(context_letters) and count < len(said):
+            start = said_ends[count] - len(said[count])
+            if said[count] and b + size - start >= PARTIAL_WORD_SHARE * len(said[count]):
+                count += 1
+        best = max(best, count)
     return best
 
 

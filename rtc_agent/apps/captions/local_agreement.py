@@ -15,7 +15,8 @@ import re
 from rtc_agent.words import common_prefix, contains_run, normalized
 
 __all__ = ["LocalAgreement", "common_prefix", "drop_echoed_tail", "drop_loops", "drop_overlap",
-           "drop_repeated_sentences", "drop_unheard_echo", "strip_committed", "with_committed_tail"]
+           "drop_repeated_sentences", "drop_unheard_echo", "loses_committed", "strip_committed",
+           "with_committed_tail"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 #: Two sentences this alike (word sequence ratio) in a row are the decoder repeating itself.
@@ -30,6 +31,10 @@ ECHO_MIN_WORDS = 4
 ECHO_MIN_DISTINCT = 3
 #: Shorter echoes go only where the partials show they were not said (:func:`drop_unheard_echo`): at most this many.
 UNHEARD_ECHO_MAX_WORDS = 3
+#: A final decode that keeps less than this share of the committed words, in fewer than this share of their count,
+#: lost the utterance (:func:`loses_committed`); only where the partials committed ``LOST_MIN_COMMITTED`` words.
+LOST_SHARE = 0.5
+LOST_MIN_COMMITTED = 4
 
 
 def drop_overlap(text: str, previous: str, *, min_n: int = 1, max_n: int = OVERLAP_MAX_N) -> str:
@@ -122,6 +127,18 @@ def with_committed_tail(words: list[str], committed: list[str]) -> list[str]:
     if last.size < 2 and len(norm) > 1:
         return words
     return [*words[:-1], words[-1].rstrip(".,;:"), *committed[last.a + last.size:]]
+
+
+def loses_committed(words: list[str], committed: list[str]) -> bool:
+    """Whether ``words`` (a final decode) lost most of what the partials committed: at least ``LOST_MIN_COMMITTED``
+    committed words, of which ``words`` keep (in order) less than ``LOST_SHARE``, with fewer than that share of
+    their count. Beam search on a short utterance alone may collapse into a word or two ("Playback Playback" where
+    two agreeing partials said "Playback of the list of people attending is"); a final that says the utterance in
+    other words keeps about as many of them."""
+    if len(committed) < LOST_MIN_COMMITTED or len(words) >= LOST_SHARE * len(committed):
+        return False
+    blocks = difflib.SequenceMatcher(a=normalized(committed), b=normalized(words), autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks) < LOST_SHARE * len(committed)
 
 
 def strip_committed(words: list[str], committed: list[str]) -> list[str]:

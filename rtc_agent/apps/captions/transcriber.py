@@ -392,6 +392,7 @@ class StreamingTranscriber:
             "mean_decode_ms": round(1000 * self.decode_seconds / self.decodes, 1) if self.decodes else None,
             "dropped_results": self.writer.dropped_results,
             "repeats_dropped": self.writer.repeats_dropped,
+            "lost_finals": self.writer.lost_finals,
             "finals": len(self.finals),
             "pending_utterances": self.pending_utterances,
             "max_behind_ms": self.writer.max_behind_ms,
