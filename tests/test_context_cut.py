@@ -158,3 +158,14 @@ def test_a_straddling_segment_that_writes_the_contexts_compound_closed_is_cut_af
     t = transcript((0.0, 5.0, " Thyself thy foe, to thy sweet self too cruel."))
     cut = without_context(t, 1.6, "Making a famine where abundance lies Thy self-thy foe.")
     assert cut.text == "to thy sweet self too cruel."
+
+
+def test_the_contexts_last_word_said_again_right_after_the_match_is_the_contexts():
+    """The earlier final lost "words, words, words, words" (its loop cut); the next decode hears them again with
+    the context: they go with the context, and the cut then agrees with the timing."""
+    context = "and here's some more words"
+    words = said("And here are some more words, words, words, words, words, and that should be all. Thanks!")
+    assert context_words_in(words, context) == 10
+    assert context_words_in(said("some more words and words"), "here's some more words") == 3  # not right after
+    t = transcript((0.0, 7.24, " " + " ".join(words)))
+    assert without_context(t, 5.76, context, speech_end_s=4.35).text == "and that should be all. Thanks!"

@@ -28,3 +28,28 @@ def test_an_engine_that_gives_no_logprob_is_never_hard():
     for _ in range(5):
         c.add(Transcript(text="words"))  # avg_logprob 0.0: a remote engine
     assert c.mean == 0.0 and not c.hard
+
+
+def test_an_utterance_found_hard_at_a_final_decode_stays_hard_until_it_ends():
+    """A final decode made at a pause found the utterance hard; clearer words follow and lift the mean past the
+    threshold: the next final decode of the same utterance still takes the larger budget, a new utterance does
+    not."""
+    c = PartialConfidence()
+    c.add(partial(HARD_LOGPROB - 0.3))
+    assert not PartialConfidence().final_hard()  # no partial: the usual budget
+    assert c.final_hard()
+    for _ in range(3):
+        c.add(partial(HARD_LOGPROB + 0.3))
+    assert not c.hard and c.final_hard()
+    c.reset()
+    c.add(partial(HARD_LOGPROB + 0.3))
+    assert not c.final_hard()
+
+
+def test_an_utterance_that_becomes_hard_after_a_final_decode_is_hard_at_the_next():
+    c = PartialConfidence()
+    c.add(partial(HARD_LOGPROB + 0.3))
+    assert not c.final_hard()
+    for _ in range(3):
+        c.add(partial(HARD_LOGPROB - 0.3))
+    assert c.final_hard()

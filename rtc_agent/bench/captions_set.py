@@ -37,6 +37,11 @@ def cpu_model() -> str | None:
     return None
 
 
+#: The captions session's own figures kept per clip (``app_stats``): how its finals were decoded.
+DECODE_STATS = ("final_beam", "partial_interval_ms", "final_decodes", "hard_finals", "lost_finals", "splits",
+                "repeats_dropped")
+
+
 def _ends(clip: Any) -> list[float]:
     return clip.speech_ends_s or [s["end_s"] for s in clip.sentences]
 
@@ -56,7 +61,8 @@ def set_checks(run: dict[str, Any], spans: list[tuple[float, float]], expect_lan
              and expect_language and e.get("language") not in (None, expect_language)]
     return {"lost_sentences": lost, "repeated_finals": repeated_finals([f["text"] for f in finals], reference),
             "other_language_events": len(other), "other_languages": sorted(set(other)),
-            "max_behind_ms": (run["info"].get("app_stats") or {}).get("max_behind_ms")}
+            "max_behind_ms": (run["info"].get("app_stats") or {}).get("max_behind_ms"),
+            "decodes": {key: (run["info"].get("app_stats") or {}).get(key) for key in DECODE_STATS}}
 
 
 async def run_set(set_dir: Path | None, sessions: int, language: str, expect_language: str | None,

@@ -66,7 +66,9 @@ def context_words_in(words: list[str], context_text: str) -> int:
     Compared letter by letter with the spaces and hyphens left out, so a compound written open in one decode and
     closed or hyphenated in the other (``thy self-thy foe`` / ``thyself thy foe``) still matches. A run counts
     when it holds two whole words, or the first word alone; a word the match ends inside counts too when the match
-    reaches the context's last letter and holds ``PARTIAL_WORD_SHARE`` of it (``foe`` / ``foes``)."""
+    reaches the context's last letter and holds ``PARTIAL_WORD_SHARE`` of it (``foe`` / ``foes``), and so do the
+    words right after such a match that repeat the context's last word ("...some more words, words, words, words"
+    where the earlier final, its loop cut, ended at "some more words")."""
     context = [w for w in (normalize(x) for x in context_text.split()[-CONTEXT_TAIL_WORDS:]) if w]
     said = normalized(words)
     if not context or not any(said):
@@ -89,6 +91,8 @@ def context_words_in(words: list[str], context_text: str) -> int:
         if a + size == len(context_letters) and count < len(said):
             start = said_ends[count] - len(said[count])
             if said[count] and b + size - start >= PARTIAL_WORD_SHARE * len(said[count]):
+                count += 1
+            while count < len(said) and said[count] == context[-1]:  # the context's last word said again
                 count += 1
         best = max(best, count)
     return best

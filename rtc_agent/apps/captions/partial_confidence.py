@@ -5,7 +5,10 @@ A partial decode is greedy and hears only the utterance (no earlier speech); its
 log-probability per token Whisper gave the words it chose. Where the partials of an utterance average below
 ``HARD_LOGPROB`` (about a quarter of the utterances on the speech set: noise, accents, a cold, fast casual speech),
 its final decode may take more time to hear earlier speech (``EarlierFinals.limit_s``): that is where the earlier
-speech changes the words, and a confident utterance spends only the usual budget.
+speech changes the words, and a confident utterance spends only the usual budget. An utterance found hard at one
+final decode stays hard for the later ones (a final decode made at a pause is discarded when the speech goes on):
+the partials' mean may rise past the threshold as clearer words follow, but the hard part is still in the audio
+the last final decode hears, and it should not hear less earlier speech than the decode before it.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ class PartialConfidence:
     def __init__(self) -> None:
         self._total = 0.0
         self._count = 0
+        self._found_hard = False
 
     def reset(self) -> None:
         """A new utterance."""
-        self._total, self._count = 0.0, 0
+        self._total, self._count, self._found_hard = 0.0, 0, False
 
     def add(self, transcript: Transcript) -> None:
         """A partial decode of the utterance came back."""
@@ -47,3 +51,9 @@ class PartialConfidence:
         """Whether the partials found the utterance hard to hear (mean below ``HARD_LOGPROB``)."""
         mean = self.mean
         return mean is not None and mean < HARD_LOGPROB
+
+    def final_hard(self) -> bool:
+        """Whether a final decode starting now takes the larger budget: the utterance is :attr:`hard`, or was when
+        an earlier final decode of it started."""
+        self._found_hard = self._found_hard or self.hard
+        return self._found_hard

@@ -322,7 +322,7 @@ class StreamingTranscriber:
                            hard)
 
     async def _decode(self, now_ms: int, final: bool) -> None:
-        hard = final and self._confidence.hard
+        hard = final and self._confidence.final_hard()
         self.hard_finals += int(hard)
         heard = self._final_audio(hard) if final else DecodeAudio(self._buffer.audio())
         audio, context_ms = heard.audio, heard.context_ms
