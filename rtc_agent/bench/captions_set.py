@@ -49,7 +49,9 @@ def _ends(clip: Any) -> list[float]:
 def set_checks(run: dict[str, Any], spans: list[tuple[float, float]], expect_language: str | None,
                offset_s: float = 0.0, reference: str | None = None) -> dict[str, Any]:
     """Lost sentences (no non-empty final overlapping a reference sentence), finals repeated
-    (:func:`repeated_finals` against ``reference``), and caption events labelled with another language."""
+    (:func:`repeated_finals` against ``reference``), caption events labelled with another language, and the
+    session's own ``max_behind_ms`` and ``decodes`` (its ``DECODE_STATS``)."""
+    stats = run["info"].get("app_stats") or {}
     finals = [e for e, _ in run["events"] if e["type"] == "caption.final" and e["text"].strip()]
     lost = 0
     for a, b in spans:
@@ -61,8 +63,7 @@ def set_checks(run: dict[str, Any], spans: list[tuple[float, float]], expect_lan
              and expect_language and e.get("language") not in (None, expect_language)]
     return {"lost_sentences": lost, "repeated_finals": repeated_finals([f["text"] for f in finals], reference),
             "other_language_events": len(other), "other_languages": sorted(set(other)),
-            "max_behind_ms": (run["info"].get("app_stats") or {}).get("max_behind_ms"),
-            "decodes": {key: (run["info"].get("app_stats") or {}).get(key) for key in DECODE_STATS}}
+            "max_behind_ms": stats.get("max_behind_ms"), "decodes": {key: stats.get(key) for key in DECODE_STATS}}
 
 
 async def run_set(set_dir: Path | None, sessions: int, language: str, expect_language: str | None,

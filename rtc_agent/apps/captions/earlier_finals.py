@@ -25,7 +25,7 @@ RATE_WINDOW = 3
 #: salt and sugar" for "Followed by the pound key"), and its own decode is short.
 SHORT_UTTERANCE_S = 2.0
 SHORT_BUDGET_FACTOR = 1.5
-#: A final decode of an utterance its partials found hard to hear (``PartialConfidence.hard``: noise, an accent,
+#: A final decode of an utterance its partials found hard to hear (``PartialConfidence.final_hard``: noise, an accent,
 #: fast casual speech) may take this many times the budget: more earlier speech is where such an utterance's words
 #: change. Measured on the speech set in virtual time (README): with about a quarter of the utterances hard, the
 #: whole set 8.59 -> 7.08 % WER (2.2 times the budget the same), where 2.2 times it for every final gave 7.44 %.
