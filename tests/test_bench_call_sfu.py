@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtc_agent.bench.call_sfu import _lag_p90_ratio, lag_parts, spoken_lags
+from rtc_agent.bench.call_sfu import compare_with_calls, lag_parts, spoken_lags
 from rtc_agent.bench.common import speech_summary
 
 
@@ -56,11 +56,25 @@ def test_spoken_lags_time_each_spoken_text_from_the_end_of_its_source_speech() -
                                                      {"lag_ms": 4800, "heard_ms": None}]
 
 
-def test_the_rooms_lag_is_compared_with_the_same_speech_in_a_2_person_call() -> None:
-    room = {"interpretation_lag_ms": {"p50": 2.0, "p90": 2.7, "count": 240}}
-    assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": 1.5, "p90": 1.8, "count": 8}}) == 1.5
-    assert _lag_p90_ratio(room, None) is None  # --no-sfu-call
-    assert _lag_p90_ratio(room, {"interpretation_lag_ms": {"p50": None, "p90": None, "count": 0}}) is None
+def _call(lags_ms: list[int]) -> dict:
+    ordered = sorted(lags_ms)
+    return {"interpretation_lag_ms": {"p90": float(ordered[-1]) if ordered else None, "count": len(ordered)},
+            "lags_ms": lags_ms}
+
+
+def test_the_rooms_lag_is_compared_with_2_person_calls_in_each_of_its_languages() -> None:
+    room = {"interpretation_lag_ms": {"p50": 2000.0, "p90": 2700.0, "count": 240},
+            "by_language": {"es": {"lag_ms": {"p90": 2200.0}}, "de": {"lag_ms": {"p90": 2700.0}}}}
+    # Spanish translations are shorter than German ones: each language is compared with its own call
+    calls = {"es": _call([1000, 1500, 1800]), "de": _call([1600, 2000, 2250])}
+    out = compare_with_calls(room, calls)
+    assert out["lag_p90_vs_call_by_language"] == {"es": round(2200 / 1800, 3), "de": 1.2}
+    assert out["lag_p90_vs_call"] == 1.5  # the first language's call alone
+    assert out["lag_p90_vs_calls"] == 1.2  # the calls' six lags pooled: p90 is 2250 ms
+    assert compare_with_calls(room, {}) == {"lag_p90_vs_calls": None, "lag_p90_vs_call_by_language": {},
+                                            "lag_p90_vs_call": None}  # --no-sfu-call
+    nothing = compare_with_calls(room, {"es": _call([])})
+    assert nothing["lag_p90_vs_calls"] is None and nothing["lag_p90_vs_call_by_language"] == {"es": None}
 
 
 @pytest.mark.real_model  # (Silero VAD finds the sentences)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rtc_agent.engines.llm.row_cache import RowCache
+from rtc_agent.engines.llm.row_cache import TAIL_TOKENS, RowCache
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -85,6 +85,21 @@ def test_the_row_cache_keeps_the_newest_rows_and_serves_the_longest_prefix() -> 
     assert len(cache) == 0
     with pytest.raises(ValueError):
         RowCache(size=0)
+
+
+def test_a_new_row_replaces_a_kept_one_it_differs_from_only_in_a_short_tail() -> None:
+    """A prime of a sentence's first words ends in the chat's generation prompt; the next prime of more of its words
+    (or its translation) shares everything before that prompt and serves what the old row served."""
+    cache = RowCache(min_tokens=3, tail_tokens=2)
+    cache.keep([1, 2, 3, 4, 8, 9], ["first words"], ["v"])  # context 1 2, said 3 4, generation prompt 8 9
+    cache.keep([1, 2, 3, 7, 7, 7], ["another sentence"], ["v"])  # differs in its last 3 tokens: kept
+    cache.keep([5, 5, 3, 4, 8, 9], ["another conversation"], ["v"])  # shares nothing: kept
+    cache.keep([1, 2, 3, 4, 5, 6, 8, 9], ["more words"], ["v"])
+    assert sorted(row.keys[0] for row in cache.__dict__["_rows"].values()) == [
+        "another conversation", "another sentence", "more words"]
+    kept, n = cache.take([1, 2, 3, 4, 5, 6, 0, 8, 9])  # the whole sentence: as far as it was said
+    assert kept is not None and kept.keys == ["more words"] and n == 6
+    assert RowCache().tail_tokens == TAIL_TOKENS
 
 
 def _row(n: int, value: int) -> tuple[list[int], list[Any], list[Any]]:

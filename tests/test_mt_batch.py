@@ -19,7 +19,7 @@ from rtc_agent.config.validation import validate
 from rtc_agent.engines import mt
 from rtc_agent.engines.llm import CancelToken, ChatJob, ChatRequest, ChatResult
 from rtc_agent.engines.mt import ChatTranslationEngine, ContextPrimeRequest, TextTranslateRequest, TextTranslation
-from rtc_agent.engines.mt.chat import context_messages, translation_messages
+from rtc_agent.engines.mt.chat import context_messages, prime_messages, translation_messages
 from rtc_agent.errors import EngineError, InvalidRequest
 from rtc_agent.protocol.events import CaptionFinal
 from rtc_agent.worker import EngineSpec, Worker
@@ -156,6 +156,8 @@ def test_a_context_prime_reads_the_next_prompts_start_after_the_translations() -
         assert not getattr(chat_engine, "batches", []) and not chat_engine.requests
     with pytest.raises(InvalidRequest):
         ContextPrimeRequest("en", "xx", CONTEXT)
+    with pytest.raises(InvalidRequest):
+        ContextPrimeRequest("en", "es", CONTEXT, text=None)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest):
         ContextPrimeRequest("en", "es", (("only one",),))  # type: ignore[arg-type]
 
@@ -369,3 +371,16 @@ def test_a_reply_cut_by_its_token_limit_without_a_loop_is_still_an_error() -> No
         assert cut_loop(unfinished) is None
     out = ChatTranslationEngine(BatchingChat(fail="German"), kind="embedded").run_batch([request("es"), request("de")])
     assert out[0].text == "Buenos días." and isinstance(out[1], EngineError) and out[1].code == "mt_bad_output"
+
+
+def test_a_prime_of_the_words_said_reads_the_next_prompt_up_to_them() -> None:
+    """A prime with the first words of a sentence still being said computes the next translation's messages with
+    those words as its text: the final's prompt starts the same way, as far as the words agree."""
+    chat = KeepingChat()
+    engine = ChatTranslationEngine(chat, kind="embedded")
+    said = ContextPrimeRequest("en", "es", CONTEXT, text="Thank you for")
+    assert engine.run_batch([said]) == [True]
+    [[primed]] = chat.calls
+    assert list(primed.messages) == translation_messages(TextTranslateRequest("Thank you for", "en", "es", CONTEXT))
+    assert prime_messages(ContextPrimeRequest("en", "es", CONTEXT, text="  ")) == context_messages(said)
+

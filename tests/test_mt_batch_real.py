@@ -78,3 +78,34 @@ def test_a_primed_context_is_not_computed_again_and_changes_no_translation() -> 
     texts, references = [r.text for r in primed], [r.text for r in whole]
     assert all(text and text.lower() != NEXT.lower() for text in texts), texts
     assert chrf(texts, references) >= 60.0, (texts, references)
+
+
+def test_the_words_said_primed_are_not_computed_again_and_change_no_translation() -> None:
+    """Primes of a sentence's first words as a speaker says them (what the text route sends for each caption
+    partial's committed words, every 4): the final's translations reuse every token of the primed words and come
+    out as they do computed whole (chrF against them, which holds on every CPU's kernels)."""
+    chat = llm.engine_spec(dataclasses.replace(Settings(), mt_engine="embedded")).factory()
+    chat.load(lambda message: None)
+    engine = ChatTranslationEngine(chat, kind="embedded")
+    words = NEXT.split()
+    try:
+        final = [TextTranslateRequest(NEXT, "en", t, CONTEXTS[t]) for t in TARGETS]
+        whole = engine.run_batch(final)
+        chat.rows.clear()
+        for n in (4, len(words) - 1):  # "We will discuss the", then all but the last word
+            said = [ContextPrimeRequest("en", t, CONTEXTS[t], text=" ".join(words[:n])) for t in TARGETS]
+            assert engine.run_batch(said) == [True, True, True]
+        seeded = chat.rows.seeded_tokens
+        primed = engine.run_batch(final)
+        seeded = chat.rows.seeded_tokens - seeded
+        through_said = [len(chat._prompt(engine.chat_request(TextTranslateRequest(" ".join(words[:-1]), "en", t,
+                                                                                  CONTEXTS[t])))[0]) for t in TARGETS]
+        rows = len(chat.rows)
+    finally:
+        chat.close()
+    # every row starts after the words said (less the said prompt's turn end and generation prompt: 5 tokens)
+    assert seeded >= 3 * (min(through_said) - 6), (seeded, through_said)
+    assert rows == 3  # each language's prime rows were replaced, by the next prime and by the translation
+    texts, references = [r.text for r in primed], [r.text for r in whole]
+    assert all(text and text.lower() != NEXT.lower() for text in texts), texts
+    assert chrf(texts, references) >= 60.0, (texts, references)

@@ -6,8 +6,14 @@ human`` a woman's recorded voice, the Asterisk prompts of the captions' speech s
 for events and publishes its audio to Janus from an aiortc peer; N listener sessions (role ``listener``, listen
 languages round-robin over ``--sfu-languages``) each subscribe, through Janus with their own token, to their
 language's interpreter feed. Rooms of 3 listeners and of N are measured one after the other, after (unless
-``--no-sfu-call``) the same speech in a 2-person call, the speaker and one listener in the first language (``call``,
-the interpretation lag target's baseline: ``lag_p90_vs_call``, the room of N's lag p90 over the call's):
+``--no-sfu-call``) the same speech in 2-person calls, the speaker and one listener, one call per listen language
+(``calls``; ``call`` is the first language's), the interpretation lag target's baseline:
+
+- ``lag_p90_vs_calls``: the room of N's lag p90 over the calls' (all their translations pooled), and
+  ``lag_p90_vs_call_by_language``: per language, its listeners' p90 in the room over its call's: what the room adds,
+  with a language that takes more tokens than another (German against Spanish) compared with itself;
+- ``lag_p90_vs_call``: the room of N's p90 over the first language's call alone (the figure measured before the
+  calls per language);
 
 - server CPU: user + system seconds of the server process while the speech plays (and ``SETTLE_S`` after), per
   second; ``cpu_ratio_vs_3``: the room of N over the room of 3 (target: within 15 %);
@@ -156,9 +162,7 @@ def _spoken_summary(spoken: list[dict[str, Any]]) -> dict[str, Any]:
     """``speech_lag_ms`` and ``speech_heard_ms`` (p50 / p90 / count) of :func:`spoken_lags` over listeners."""
     lags = [s["lag_ms"] / 1000 for s in spoken]
     heard = [s["heard_ms"] / 1000 for s in spoken if s["heard_ms"] is not None]
-    return {"speech_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)},
-            "speech_heard_ms": {"p50": percentile_ms(heard, 50), "p90": percentile_ms(heard, 90),
-                                "count": len(heard)}}
+    return {"speech_lag_ms": _lag_summary(lags), "speech_heard_ms": _lag_summary(heard)}
 
 
 def _parts_summary(parts: list[dict[str, int]]) -> dict[str, Any]:
@@ -253,8 +257,7 @@ async def run_room(base_url: str, server: Any, ws_url: str, secret: str, n: int,
             "listeners_with_captions": captions, "listeners_with_translations": translated,
             "listeners_hearing_interpretation": sum(1 for count in heard if count >= HEARD_FRAMES),
             "listener_subscribe_errors": media.failed if media is not None else [],
-            "interpretation_lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90),
-                                      "count": len(lags)},
+            "interpretation_lag_ms": _lag_summary(lags), "lags_ms": [round(lag * 1000) for lag in lags],
             **_spoken_summary([s for mine in spoken for s in mine]),
             "lag_parts": _parts_summary([p for peer in listeners for p in lag_parts(peer.events)]),
             "lag_by_sentence": lag_parts(listeners[0].events) if listeners else []}
@@ -273,8 +276,7 @@ def _by_language(listeners: list[ClientPeer], heard: list[int], subscribed: set[
         out[lang] = {"listeners": len(mine), "feed": lang in subscribed,
                      "with_translations": sum(1 for i in mine if _translated(listeners[i])),
                      "hearing_interpretation": sum(1 for i in mine if heard[i] >= HEARD_FRAMES),
-                     "lag_ms": {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)},
-                     "speech": speech_summary(listeners[mine[0]].events) if mine else {},
+                     "lag_ms": _lag_summary(lags), "speech": speech_summary(listeners[mine[0]].events) if mine else {},
                      **_spoken_summary([s for i in mine for s in spoken[i]])}
     return out
 
@@ -297,11 +299,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             max_sessions=args.listeners + 8,  # (listeners do not count against the call capacity)
             admission_max_queue_delay_ms=0.0,  # the room is measured here, not admission
             also_load=("mt", "tts-kokoro")))
-        call = None
-        if args.sfu_call:
-            print(f"the same speech in a 2-person call (one listener, {languages[0]}) ...", flush=True)
-            call = await run_room(server.base_url, server, ws_url, secret, 1, languages[:1], speech)
-            print(call, flush=True)
+        calls: dict[str, dict[str, Any]] = {}
+        for lang in dict.fromkeys(languages) if args.sfu_call else ():
+            print(f"the same speech in a 2-person call (one listener, {lang}) ...", flush=True)
+            calls[lang] = await run_room(server.base_url, server, ws_url, secret, 1, [lang], speech)
+            print(calls[lang], flush=True)
         rooms = []
         for n in sorted({3, args.listeners}):
             print(f"SFU room with {n} listeners ...", flush=True)
@@ -309,19 +311,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(rooms[-1], flush=True)
     ratio = rooms[-1]["server_cpu_s"] / rooms[0]["server_cpu_s"] if rooms[0]["server_cpu_s"] else None
     return {"benchmark": "call-sfu", "sentences": args.sfu_sentences, "voice": args.sfu_voice, "rooms": rooms,
-            "call": call, "lag_p90_vs_call": _lag_p90_ratio(rooms[-1], call),
+            "calls": calls, "call": next(iter(calls.values()), None), **compare_with_calls(rooms[-1], calls),
             "cpu_ratio_vs_3": round(ratio, 3) if ratio else None,
             "targets": TARGETS, "listener_media": {"process": "child", "nice": LISTENER_NICE}, "note": args.sfu_note,
             "load_1min_before": round(load_before, 2),
             "machine": machine()}
 
 
-def _lag_p90_ratio(room: dict[str, Any], call: dict[str, Any] | None) -> float | None:
-    """The room's interpretation lag p90 over the 2-person call's (None without both)."""
-    if call is None:
-        return None
-    ours, theirs = room["interpretation_lag_ms"]["p90"], call["interpretation_lag_ms"]["p90"]
+def _lag_summary(lags: list[float]) -> dict[str, Any]:
+    """p50 / p90 (ms) and count of lags in seconds."""
+    return {"p50": percentile_ms(lags, 50), "p90": percentile_ms(lags, 90), "count": len(lags)}
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
     return round(ours / theirs, 3) if ours and theirs else None
+
+
+def compare_with_calls(room: dict[str, Any], calls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The room's interpretation lag p90 over the 2-person calls' (``calls``: per listen language; see the module
+    docstring): ``lag_p90_vs_calls``, ``lag_p90_vs_call_by_language`` and ``lag_p90_vs_call`` (the first
+    language's call); None where a side has no lag."""
+    if not calls:
+        return {"lag_p90_vs_calls": None, "lag_p90_vs_call_by_language": {}, "lag_p90_vs_call": None}
+    pooled = [lag / 1000 for call in calls.values() for lag in call.get("lags_ms", [])]
+    ours = room["interpretation_lag_ms"]["p90"]
+    by_language = {lang: _ratio(room["by_language"].get(lang, {}).get("lag_ms", {}).get("p90"),
+                                call["interpretation_lag_ms"]["p90"]) for lang, call in calls.items()}
+    first = next(iter(calls.values()))
+    return {"lag_p90_vs_calls": _ratio(ours, percentile_ms(pooled, 90)), "lag_p90_vs_call_by_language": by_language,
+            "lag_p90_vs_call": _ratio(ours, first["interpretation_lag_ms"]["p90"])}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -338,9 +356,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prompts of the captions' speech set; Debian asterisk-core-sounds-en-g722, fetched with "
                              "apt-get download when not installed)")
     parser.add_argument("--sfu-call", action=argparse.BooleanOptionalAction, default=True,
-                        help="with --sfu: first measure the same speech in a 2-person call (the speaker and one "
-                             "listener in the first of --sfu-languages, through the same Janus): the lag target's "
-                             "baseline, reported as call and lag_p90_vs_call")
+                        help="with --sfu: first measure the same speech in 2-person calls (the speaker and one "
+                             "listener, one call per language of --sfu-languages, through the same Janus): the lag "
+                             "target's baseline, reported as calls, lag_p90_vs_calls and per language")
     parser.add_argument("--sfu-url", default="", help="with --sfu: a Janus WebSocket API (default: start one)")
     parser.add_argument("--sfu-api-secret", default="", help="with --sfu and --sfu-url: its api_secret")
     parser.add_argument("--sfu-note", default="", help="with --sfu: a note stored in the JSON")

@@ -137,6 +137,10 @@ class EngineSettings:
     mt_max_batch: int = _opt(4, "Most translations the embedded text translator decodes together (1-16): "
                                 "requests waiting at once, e.g. one caption final into each listener language, "
                                 "share one forward pass per token (1 = one at a time).", "limits")
+    mt_prime_words: int = _opt(4, "While a sentence is being said, each time its captions have committed this many "
+                                  "more words the embedded text translator computes the translation prompt up to "
+                                  "them, so the final's translation starts sooner (0-64; 0 = only after the final).",
+                               "limits")
     tts_engine: str = _opt("embedded", "Text-to-speech engine: embedded or openai.", "engines")
     tts_url: str = _opt("", "Base URL of an OpenAI-compatible /v1/audio/speech server.", "engines")
     tts_model: str = _opt("", "TTS model: empty = the packaged Piper joe voice; a Piper .onnx file; or the "

@@ -127,6 +127,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("mt_max_chars must be 1-100000, mt_timeout_s 1-600 seconds and mt_beam 1-16")
     if not isinstance(settings.mt_max_batch, int) or not 1 <= settings.mt_max_batch <= 16:
         raise SettingsError("mt_max_batch must be 1-16")
+    if not isinstance(settings.mt_prime_words, int) or not 0 <= settings.mt_prime_words <= 64:
+        raise SettingsError("mt_prime_words must be 0-64")
     if not isinstance(settings.blas_threads, int) or not 0 <= settings.blas_threads <= 64:
         raise SettingsError("blas_threads must be 0-64")
     if settings.tts_multilingual not in ("auto", "kokoro", "off") or not 0 <= settings.kokoro_threads <= 64 \

@@ -28,7 +28,12 @@ from rtc_agent.apps.call.pair_voice import hear_speech, pair_voice, stop_pair
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.speech_fanout import FanoutSink
 from rtc_agent.apps.interpret.deliverable import ROUTE_TEXT
-from rtc_agent.apps.interpret.text_route import DEFAULT_BACKLOG, FinalsTranslator, FinalTranslation
+from rtc_agent.apps.interpret.text_route import (
+    DEFAULT_BACKLOG,
+    DEFAULT_PRIME_WORDS,
+    FinalsTranslator,
+    FinalTranslation,
+)
 from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.protocol import ServerEvent
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial, CaptionTranslation
@@ -52,7 +57,8 @@ class TextPairInterpreter:
             speaker.ctx.worker, target, self._emit, speaker.ctx.now_ms, on_text=self._on_translation,
             speaker=speaker.tag, source_language=None if speaker.language == "auto" else speaker.language,
             timeout_s=float(getattr(settings, "mt_timeout_s", 30.0) or 30.0),
-            max_pending=int(getattr(settings, "room_mt_backlog", DEFAULT_BACKLOG)))
+            max_pending=int(getattr(settings, "room_mt_backlog", DEFAULT_BACKLOG)),
+            prime_words=int(getattr(settings, "mt_prime_words", DEFAULT_PRIME_WORDS)))
         self.sink = FanoutSink()
         max_lag_ms = int(float(getattr(settings, "st_max_lag_s", 3.0) or 3.0) * 1000)
         self.voice = pair_voice(speaker, target, self.sink, self._emit, max_lag_ms=max_lag_ms)
@@ -77,9 +83,14 @@ class TextPairInterpreter:
         """The text route reads captions, not audio."""
 
     def on_caption(self, event: CaptionPartial | CaptionFinal) -> None:
-        """Queue a final for translation (partials are never translated: their words may still change)."""
-        if isinstance(event, CaptionFinal) and self.tasks:
+        """Queue a final for translation; a partial's committed words only let the translator compute the prompt
+        ahead (:meth:`FinalsTranslator.hint`: partials are never translated, their words may still change)."""
+        if not self.tasks:
+            return
+        if isinstance(event, CaptionFinal):
             self.translator.push(event)
+        elif event.committed.strip():
+            self.translator.hint(event.committed, event.segment_id, event.language)
 
     def drop_oldest(self, reason: str) -> None:
         """Forget the oldest waiting final, telling the listeners (``translation.speech.catchup`` ``drop``)."""

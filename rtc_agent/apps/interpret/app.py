@@ -44,7 +44,12 @@ from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
-from rtc_agent.apps.interpret.text_route import DEFAULT_BACKLOG, FinalsTranslator, FinalTranslation
+from rtc_agent.apps.interpret.text_route import (
+    DEFAULT_BACKLOG,
+    DEFAULT_PRIME_WORDS,
+    FinalsTranslator,
+    FinalTranslation,
+)
 from rtc_agent.engines import st
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.errors import InvalidRequest
@@ -108,7 +113,8 @@ class InterpretApp(App):
             ctx.worker, config["target_language"], self._emit, ctx.now_ms, on_text=self._on_final_translation,
             source_language=None if source == "auto" else source,
             timeout_s=float(getattr(s, "mt_timeout_s", 30.0) or 30.0),
-            max_pending=int(getattr(s, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG))
+            max_pending=int(getattr(s, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG),
+            prime_words=int(getattr(s, "mt_prime_words", DEFAULT_PRIME_WORDS)))
         self.speaker: TranslationSpeaker | None = None
         self.voice: dict[str, Any] | None = None
         self._voice_release: Callable[[], None] | None = None  # gives back the neural voice slot (claim_voice)
@@ -212,6 +218,8 @@ class InterpretApp(App):
         """The source captions' events: finals feed the text route; captions reach the client with ``source_text``."""
         if isinstance(event, CaptionFinal) and self.route == ROUTE_TEXT:
             self.finals.push(event)
+        elif isinstance(event, CaptionPartial) and self.route == ROUTE_TEXT and event.committed.strip():
+            self.finals.hint(event.committed, event.segment_id, event.language)
         if self.config["source_text"] or not isinstance(event, CaptionPartial | CaptionFinal):
             self.ctx.emit(event)
 

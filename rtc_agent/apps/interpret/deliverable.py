@@ -128,10 +128,11 @@ def text_request(text: str, source: str | None, target: str, context: list[tuple
     return TextTranslateRequest(text, source or "auto", target, tuple(context))
 
 
-def prime_request(source: str | None, target: str, context: list[tuple[str, str]]) -> Any:
-    """The ``mt`` engine's request to compute a conversation's next prompt start ahead of its text
-    (``engines.mt.ContextPrimeRequest``; arguments as :func:`text_request`'s)."""
-    return ContextPrimeRequest(source or "auto", target, tuple(context))
+def prime_request(source: str | None, target: str, context: list[tuple[str, str]], text: str = "") -> Any:
+    """The ``mt`` engine's request to compute a conversation's next prompt start ahead of its text, up to that
+    text's first words ``text`` when given (``engines.mt.ContextPrimeRequest``; arguments as
+    :func:`text_request`'s)."""
+    return ContextPrimeRequest(source or "auto", target, tuple(context), text)
 
 
 def prime_engine(worker: Any, engine: str) -> str:

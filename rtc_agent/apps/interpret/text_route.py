@@ -12,6 +12,12 @@ the speaker still talks, so the next final's translation does not) and emits, fo
 the speech route sends (``EMIT`` with ``source_text``); ``on_text`` gets every translation (to speak it, to file it
 as a ``caption.translation``).
 
+While a sentence is still being said, :meth:`FinalsTranslator.hint` hears its committed words (a caption partial's
+``committed``): each time ``prime_words`` more of them are known and no final waits, the translator has the engine
+compute the next prompt up to them (a ``ContextPrimeRequest`` with ``text``), so when the final comes its
+translation computes only the words after them (and the prompt's end) before it writes: the prompt of three
+listen languages' translations of a final is computed while the speaker talks, not after.
+
 Finals wait in a bounded queue (``max_pending``, the ``room_mt_backlog`` setting); past it the oldest is dropped,
 and so is any the owner sheds with :meth:`FinalsTranslator.drop_oldest` (a call room's muted speaker's first), each
 announced as ``translation.speech.catchup`` with ``action: "drop"``. A failed translation is logged and counted; the
@@ -40,6 +46,9 @@ log = logging.getLogger(__name__)
 CONTEXT_FINALS = 2  # previous finals (with their translations) a translation's context keeps after a cut
 CONTEXT_MAX_FINALS = 4  # the most it holds (the mt engine's chat prompt takes 4 pairs)
 DEFAULT_BACKLOG = 8
+#: committed words of a sentence not finished yet, since the last prime of it, that start the next prime (the
+#: ``mt_prime_words`` setting's default; 0: none)
+DEFAULT_PRIME_WORDS = 4
 
 
 @dataclass(frozen=True)
@@ -65,14 +74,18 @@ class FinalsTranslator:
     - ``now_ms``: the session clock of the finals' ``audio_end_ms``.
     - ``source_language``: the speaker's language when a final names none (None: ``auto``).
     - ``timeout_s``: per translation (``mt_timeout_s``); ``max_pending``: finals waiting (``room_mt_backlog``).
+    - ``prime_words``: see :meth:`hint` (``mt_prime_words``; 0: hints are ignored).
     """
 
     def __init__(self, worker: Any, target: str, emit: Callable[[ServerEvent], None], now_ms: Callable[[], int], *,
                  on_text: Callable[[FinalTranslation], None] | None = None, speaker: dict[str, str] | None = None,
                  source_language: str | None = None, timeout_s: float = 30.0,
-                 max_pending: int = DEFAULT_BACKLOG, engine: str = "mt") -> None:
+                 max_pending: int = DEFAULT_BACKLOG, engine: str = "mt",
+                 prime_words: int = DEFAULT_PRIME_WORDS) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        if prime_words < 0:
+            raise ValueError(f"prime_words must be >= 0, got {prime_words!r}")
         self.worker = worker
         self.target = target
         self.emit = emit
@@ -95,6 +108,14 @@ class FinalsTranslator:
         self._cut = False  # the last translation cut the context back
         self._source = source_language  # the language of the last final translated
         self.primes = self.primes_dropped = 0
+        self.prime_words = prime_words
+        self._said = ""  # the committed words of the sentence being said (its segment: _said_segment)
+        self._said_segment: str | None = None
+        self._said_language: str | None = None
+        self._said_primed = 0  # how many of them the last prime computed
+        self._translated_segment: str | None = None  # the last final's (a late partial of it is no hint)
+        self._hinted = asyncio.Event()
+        self.said_primes = 0
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -129,12 +150,30 @@ class FinalsTranslator:
                                            segment_id=old.segment_id, reason=reason))
         self._settle()
 
+    def hint(self, committed: str, segment_id: str, language: str | None = None) -> None:
+        """The committed words of sentence ``segment_id`` (a caption partial's, in ``language`` when known;
+        non-blocking): once ``prime_words`` more of them than the last prime of that sentence computed are known,
+        and while no final waits, :meth:`run` has the engine compute the next translation's prompt up to them
+        (:meth:`prime` with ``text``)."""
+        if not self.prime_words or segment_id == self._translated_segment:
+            return
+        if segment_id != self._said_segment:
+            self._said_segment, self._said_primed = segment_id, 0
+        self._said = " ".join(committed.split())
+        self._said_language = language or self._said_language
+        if self._said_due():
+            self._hinted.set()
+
+    def _said_due(self) -> bool:
+        return bool(self.prime_words) and len(self._said.split()) - self._said_primed >= self.prime_words
+
     def set_target(self, target: str) -> None:
         """Translate into ``target`` from the next final on (the context of another language is forgotten)."""
         if target != self.target:
             self.target = target
             self.context.clear()
             self._cut = False  # (nothing to compute ahead for an empty context)
+            self._said_primed = 0
 
     def clear(self) -> None:
         """Forget the waiting finals (the owner stopped wanting them)."""
@@ -142,14 +181,15 @@ class FinalsTranslator:
         self._settle()
 
     async def run(self) -> None:
-        """Session task: translate the waiting finals in order, forever."""
+        """Session task: translate the waiting finals in order, forever (priming the words said meanwhile)."""
         while True:
-            final = await self.pending.get()
+            await self._wait_for_a_final()
+            final = self.pending.popleft()
             self._in_flight = True
             try:
                 await self.translate(final)
-                if self._cut and not self.pending:  # (a waiting final's translation computes it anyway)
-                    await self._prime_until_a_final()
+                if self._cut and not self.pending and not self._said_due():  # (a waiting final's translation,
+                    await self._prime_until_a_final()  # or a prime of the words said, computes it anyway)
             except AgentError as exc:
                 self.errors += 1
                 log.warning("text interpretation into %s failed: %s", self.target, exc)
@@ -163,6 +203,9 @@ class FinalsTranslator:
         """Translate one final now: emit its ``translation.chunk`` and hand it to ``on_text``; None when the
         engine gave no text. Raises the worker's ``AgentError``."""
         source = final.text.strip()
+        if final.segment_id == self._said_segment:  # (its words, said and primed, are in the final)
+            self._said, self._said_segment, self._said_primed = "", None, 0
+        self._translated_segment = final.segment_id
         language = final.language or self.source_language
         self._source = language
         target = self.target
@@ -188,21 +231,40 @@ class FinalsTranslator:
             self.on_text(done)
         return done
 
-    async def prime(self) -> None:
+    async def prime(self, text: str = "") -> None:
         """Have the engine compute the prompt the next translation starts with (its context, just cut back: no
-        prefix of any earlier prompt) now, while the speaker is still talking (``ContextPrimeRequest``, to the
-        engine's background twin where it has one: ``deliverable.prime_engine``). Raises the worker's
-        ``AgentError``."""
+        prefix of any earlier prompt; with ``text``, up to those first words of the next final) now, while the
+        speaker is still talking (``ContextPrimeRequest``, to the engine's background twin where it has one:
+        ``deliverable.prime_engine``). Raises the worker's ``AgentError``."""
         self._cut = False
+        source = (self._said_language or self._source) if text else self._source  # (the final's, as it will be)
         await self.worker.call(prime_engine(self.worker, self.engine),
-                               prime_request(self._source, self.target, list(self.context)), timeout=self.timeout_s)
+                               prime_request(source, self.target, list(self.context), text),
+                               timeout=self.timeout_s)
         self.primes += 1
+        self.said_primes += bool(text)
 
-    async def _prime_until_a_final(self) -> None:
+    async def _wait_for_a_final(self) -> None:
+        """Return once a final waits; meanwhile prime the words said whenever :meth:`hint` has made it due."""
+        while not self.pending:
+            if self._said_due():
+                self._said_primed = len(self._said.split())
+                await self._prime_until_a_final(self._said)
+                continue
+            self._hinted.clear()
+            arrived = asyncio.ensure_future(self.pending.wait())
+            hinted = asyncio.ensure_future(self._hinted.wait())
+            try:
+                await asyncio.wait((arrived, hinted), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                arrived.cancel()
+                hinted.cancel()
+
+    async def _prime_until_a_final(self, text: str = "") -> None:
         """:meth:`prime` until a final arrives: then its translation computes the context itself, so the prime is
         given up (``primes_dropped``; one still queued never runs, one running finishes its batch unheard). A
         failure is logged only (nothing a listener misses: the next translation computes it)."""
-        prime = asyncio.ensure_future(self.prime())
+        prime = asyncio.ensure_future(self.prime(text))
         arrived = asyncio.ensure_future(self.pending.wait())
         try:
             await asyncio.wait((prime, arrived), return_when=asyncio.FIRST_COMPLETED)
@@ -220,6 +282,6 @@ class FinalsTranslator:
 
     def stats(self) -> dict[str, Any]:
         return {"target": self.target, "texts": self.texts, "pending": len(self.pending), "dropped": self.dropped,
-                "errors": self.errors, "primes": self.primes,
+                "errors": self.errors, "primes": self.primes, "said_primes": self.said_primes,
                 "primes_dropped": self.primes_dropped, "lag_ms": self.last_lag_ms,
                 "latency_ms": self.last_latency_ms}

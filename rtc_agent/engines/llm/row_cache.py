@@ -1,22 +1,24 @@
 """Keys and values of the rows of recent batched decodes, so the next batch computes only what is new.
 
-A conversation that goes on (the next caption final of the same speaker into the same language, its earlier
-finals and their translations before it) sends a prompt that starts with the previous prompt and the reply the
-model gave to it. :class:`RowCache` keeps, for the last ``size`` batch rows, the token ids a row's cache columns
-hold and their keys and values per layer; :meth:`RowCache.take` finds the kept row with the longest common prefix
-with a new prompt, and a batch (:func:`~rtc_agent.engines.llm.batch_decode.greedy_batch` with ``seed``/``keep``)
-puts those keys and values in place (``LlamaBatchForward.seed``) and starts its prefill after them.
+A conversation that goes on (the next caption final of the same speaker into the same language, its earlier finals
+and their translations before it) sends a prompt that starts with the previous prompt and the reply the model gave
+to it. :class:`RowCache` keeps, for the last ``size`` batch rows, the token ids a row's cache columns hold and their
+keys and values per layer; :meth:`RowCache.take` finds the kept row with the longest common prefix with a new
+prompt, and a batch (:func:`~rtc_agent.engines.llm.batch_decode.greedy_batch` with ``seed``/``keep``) puts those
+keys and values in place (``LlamaBatchForward.seed``) and starts its prefill after them.
 
 Keys are stored after the rotary embedding of their position in the row, which is the same in the next batch (a
 position counts a row's real tokens, not its padding), so a kept row is valid in any batch. A prefix shorter than
 ``min_tokens`` is not worth the copy. Not thread-safe: the engine's batches run one at a time.
 
-The cache holds at most ``size`` rows and ``max_bytes`` of keys and values (the least recently used go first; a
-row larger than the whole budget is not kept); a new row replaces the kept rows it starts with (any prompt they
-serve, it serves as far). Each interpreted (speaker, language) pair keeps one or two rows (its last
-translation's, and the cut context a prime computed), about 12 KB a token on Qwen2.5-0.5B in bfloat16:
-a few hundred tokens, a few MB a row. A budget too small for every pair of the rooms that run at once makes them
-evict each other's rows, and every translation computes its whole context again.
+The cache holds at most ``size`` rows and ``max_bytes`` of keys and values (the least recently used go first; a row
+larger than the whole budget is not kept); a new row replaces the kept rows it starts with (any prompt they serve,
+it serves as far), and those it differs from only in their last ``tail_tokens`` (a prime of a sentence's first words
+ends in the chat's generation prompt, which the next prime of more of its words, or its translation, does not have
+there: the new row serves the prompts the old one did, up to those few tokens). Each interpreted (speaker, language)
+pair keeps one or two rows (its last translation's, or what a prime computed since), about 12 KB a token on
+Qwen2.5-0.5B in bfloat16: a few hundred tokens, a few MB a row. A budget too small for every pair of the rooms that
+run at once makes them evict each other's rows, and every translation computes its whole context again.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from rtc_agent.engines.llm.batch_forward import BatchForward, LlamaBatchForward
 
-__all__ = ["DEFAULT_MAX_BYTES", "KeptRow", "RowCache", "shared_prefix"]
+__all__ = ["DEFAULT_MAX_BYTES", "TAIL_TOKENS", "KeptRow", "RowCache", "shared_prefix"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 #: The default budget of keys and values (the ``llm_row_cache_mb`` setting).
 DEFAULT_MAX_BYTES = 128 * 2**20
+#: A kept row that a new one differs from only in this many last tokens is replaced by it (the chat's generation
+#: prompt after a prime's text: five tokens in Qwen2.5's template).
+TAIL_TOKENS = 8
 
 
 class RowCache:
@@ -64,7 +69,8 @@ class RowCache:
     docstring); ``hits`` counts the rows :meth:`take` found, ``seeded_tokens`` the tokens :meth:`seed` put in place,
     ``evicted`` the rows the bounds pushed out."""
 
-    def __init__(self, size: int = 256, min_tokens: int = 8, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, size: int = 256, min_tokens: int = 8, max_bytes: int = DEFAULT_MAX_BYTES,
+                 tail_tokens: int = TAIL_TOKENS) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size!r}")
         if max_bytes < 0:
@@ -72,6 +78,7 @@ class RowCache:
         self.size = size
         self.min_tokens = min_tokens
         self.max_bytes = max_bytes
+        self.tail_tokens = tail_tokens
         self._rows: OrderedDict[tuple[int, ...], KeptRow] = OrderedDict()
         self.bytes = 0
         self.hits = 0
@@ -101,8 +108,9 @@ class RowCache:
         if len(ids) < self.min_tokens:
             return
         row = KeptRow(tuple(int(i) for i in ids), keys, values)
-        # a kept row that starts this one is served as well by it (the same pair's previous translation)
-        for kept in [k for k in self._rows if len(k) <= len(row.ids) and row.ids[:len(k)] == k]:
+        # a kept row that starts this one (the same pair's previous translation), or does but for its last few
+        # tokens (a prime's generation prompt), is served as well by it
+        for kept in [k for k in self._rows if self._replaces(row.ids, k)]:
             self._drop(kept)
         if row.nbytes > self.max_bytes:
             return
@@ -111,6 +119,11 @@ class RowCache:
         while len(self._rows) > self.size or self.bytes > self.max_bytes:
             self._drop(next(iter(self._rows)))
             self.evicted += 1
+
+    def _replaces(self, new: tuple[int, ...], kept: tuple[int, ...]) -> bool:
+        """Whether row ``new`` serves every prompt that ``kept`` serves, as far or up to its last ``tail_tokens``."""
+        shared = shared_prefix(kept, new)
+        return shared == len(kept) or (shared >= self.min_tokens and len(kept) - shared <= self.tail_tokens)
 
     def _drop(self, ids: tuple[int, ...]) -> None:
         row = self._rows.pop(ids, None)

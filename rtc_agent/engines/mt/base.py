@@ -67,14 +67,20 @@ class ContextPrimeRequest:
     """Prepare for the next translations of a conversation (``source`` -> ``target``) whose context will be
     ``context`` (as in :class:`TextTranslateRequest`): an engine that keeps computed prompt prefixes (the embedded
     LLM) computes this context's prompt now, while it would otherwise idle, so the next translation with it
-    computes only its own text. The answer is a bool: whether the engine did anything (engines that keep nothing
-    answer False at once). Checked as :class:`TextTranslateRequest` is."""
+    computes only its own text. ``text``, when not empty, is the start of that next text (the words a speaker has
+    already said of a sentence not finished yet): the engine computes the prompt up to it, so the translation of
+    the whole sentence computes only what was said after it (the prompt's start is reused as far as the two texts'
+    tokens agree). The answer is a bool: whether the engine did anything (engines that keep nothing answer False at
+    once). Checked as :class:`TextTranslateRequest` is."""
 
     source: str
     target: str
     context: tuple[tuple[str, str], ...] = ()
+    text: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise InvalidRequest("the text a prime starts must be a string", code="invalid_text", param="text")
         _check_conversation(self)
 
 
