@@ -13,7 +13,9 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
   ``lag_p90_vs_call_by_language``: per language, its listeners' p90 in the room over its call's: what the room adds,
   with a language that takes more tokens than another (German against Spanish) compared with itself;
 - ``lag_p90_vs_call``: the room of N's p90 over the first language's call alone (the figure measured before the
-  calls per language);
+  calls per language).
+
+Per room (and call):
 
 - server CPU: user + system seconds of the server process while the speech plays (and ``SETTLE_S`` after), per
   second; ``cpu_ratio_vs_3``: the room of N over the room of 3 (target: within 15 %);
@@ -21,7 +23,8 @@ language's interpreter feed. Rooms of 3 listeners and of N are measured one afte
   received from its feed (at least 200 ms of non-silent frames), waiting up to ``DELIVERY_WAIT_S`` after the CPU
   window for what is still on its way;
 - interpretation lag: ``lag_ms`` of each ``caption.translation`` (server side: from the end of the translated
-  speech on the speaker's clock to its emission), p50 / p90 over ``--sfu-sentences`` sentences per listener;
+  speech on the speaker's clock to its emission), p50 / p90 over ``--sfu-sentences`` sentences per listener (every
+  one in ``lags_ms``);
   ``lag_parts``: where it went, per translation (:func:`lag_parts`): the caption final (its ``behind_ms``), the
   wait for the ``mt`` engine (the rest), and the translation itself (its ``translation.chunk``'s ``latency_ms``);
 - ``by_language``: the same per listen language, and whether the language had an interpreter feed to subscribe to

@@ -4,16 +4,16 @@ Where speech translation cannot produce a listener's language, the room makes th
 :class:`~rtc_agent.apps.call.interpretation.PairInterpreter`: every caption final of the speaker (the room already
 has them: ``Room.on_caption``) goes to the interpret app's text route
 (:class:`~rtc_agent.apps.interpret.text_route.FinalsTranslator`: the worker's ``mt`` engine, with the speaker's
-previous finals as context), which sends the listeners of the target language the same ``translation.chunk``
-(``EMIT``, with ``source_text``) the speech route sends; this pair adds the ``caption.translation`` (with
-``segment_id``, ``source_text``, ``route: "text"`` and ``lag_ms``) and speaks the text once, in the target
-language, on every listener's track that hears speech (:func:`~rtc_agent.apps.call.pair_voice.pair_voice`; no
-voice: text only).
+previous finals as context; the partials' committed words let it compute the prompt ahead), which sends the listeners
+of the target language the same ``translation.chunk`` (``EMIT``, with ``source_text``) the speech route sends; this
+pair adds the ``caption.translation`` (with ``segment_id``, ``source_text``, ``route: "text"`` and ``lag_ms``) and
+speaks the text once, in the target language, on every listener's track that hears speech
+(:func:`~rtc_agent.apps.call.pair_voice.pair_voice`; no voice: text only).
 
-Finals wait in a bounded queue (``room_mt_backlog``); the room sheds the oldest across its text pairs when they
-fall behind (a muted speaker's first) through :meth:`TextPairInterpreter.drop_oldest`, announced to the listeners
-as ``translation.speech.catchup`` with ``action: "drop"``. The tasks run on the speaker's session (they end with
-it); :meth:`close` cancels them.
+Finals wait in a bounded queue (``room_mt_backlog``); the room sheds the oldest across its text pairs when they fall
+behind (a muted speaker's first) through :meth:`TextPairInterpreter.drop_oldest`, announced to the listeners as
+``translation.speech.catchup`` with ``action: "drop"``. The tasks run on the speaker's session (they end with it);
+:meth:`close` cancels them.
 """
 
 from __future__ import annotations
