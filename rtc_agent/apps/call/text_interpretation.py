@@ -83,14 +83,10 @@ class TextPairInterpreter:
         """The text route reads captions, not audio."""
 
     def on_caption(self, event: CaptionPartial | CaptionFinal) -> None:
-        """Queue a final for translation; a partial's committed words only let the translator compute the prompt
-        ahead (:meth:`FinalsTranslator.hint`: partials are never translated, their words may still change)."""
-        if not self.tasks:
-            return
-        if isinstance(event, CaptionFinal):
-            self.translator.push(event)
-        elif event.committed.strip():
-            self.translator.hint(event.committed, event.segment_id, event.language)
+        """Hand a caption to the translator once the pair runs (:meth:`FinalsTranslator.on_caption`: a final is
+        translated, a partial's committed words let it compute the prompt ahead)."""
+        if self.tasks:
+            self.translator.on_caption(event)
 
     def drop_oldest(self, reason: str) -> None:
         """Forget the oldest waiting final, telling the listeners (``translation.speech.catchup`` ``drop``)."""

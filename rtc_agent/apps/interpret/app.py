@@ -215,11 +215,10 @@ class InterpretApp(App):
             self.speaker.say(text, end_ms)
 
     def _source_emit(self, event: ServerEvent) -> None:
-        """The source captions' events: finals feed the text route; captions reach the client with ``source_text``."""
-        if isinstance(event, CaptionFinal) and self.route == ROUTE_TEXT:
-            self.finals.push(event)
-        elif isinstance(event, CaptionPartial) and self.route == ROUTE_TEXT and event.committed.strip():
-            self.finals.hint(event.committed, event.segment_id, event.language)
+        """The source captions' events: captions feed the text route (finals, and partials' committed words to
+        compute ahead); captions reach the client with ``source_text``."""
+        if isinstance(event, CaptionPartial | CaptionFinal) and self.route == ROUTE_TEXT:
+            self.finals.on_caption(event)
         if self.config["source_text"] or not isinstance(event, CaptionPartial | CaptionFinal):
             self.ctx.emit(event)
 

@@ -37,7 +37,7 @@ from rtc_agent.apps.interpret.deliverable import prime_engine, prime_request, te
 from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.errors import AgentError
 from rtc_agent.protocol import ServerEvent, error_event
-from rtc_agent.protocol.events import CaptionFinal, TranslationChunk, TranslationSpeechCatchup
+from rtc_agent.protocol.events import CaptionFinal, CaptionPartial, TranslationChunk, TranslationSpeechCatchup
 
 __all__ = ["CONTEXT_FINALS", "CONTEXT_MAX_FINALS", "FinalTranslation", "FinalsTranslator"]
 
@@ -126,6 +126,14 @@ class FinalsTranslator:
     async def drained(self) -> None:
         """Return once no final waits or is being translated (with :meth:`run` running)."""
         await self._idle.wait()
+
+    def on_caption(self, event: CaptionPartial | CaptionFinal) -> None:
+        """A caption of the source speech (non-blocking): a final is queued (:meth:`push`), a partial's committed
+        words are a :meth:`hint` (partials are never translated: their words may still change)."""
+        if isinstance(event, CaptionFinal):
+            self.push(event)
+        elif event.committed.strip():
+            self.hint(event.committed, event.segment_id, event.language)
 
     def push(self, final: CaptionFinal) -> None:
         """Queue a final for translation (non-blocking); an empty one is ignored; past ``max_pending`` the oldest
