@@ -1,7 +1,8 @@
 """Batched translation on the real embedded model (issue 25): one sentence into Spanish, German and Italian at once
 goes to the model as one batch on the worker's one loaded LLM, and each translation is the one the model gives that
 request alone (up to the rounding of int4/bfloat16 kernels on different row counts: measured by chrF, not by
-string equality, so it holds on every CPU)."""
+string equality, so it holds on every CPU); and with ``llm_batch_int8`` the batch's decode steps take int8 x int8
+products and translate as the int4 kernel does, up to 8-bit rounding."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ TARGETS = ("es", "de", "it")
 
 
 async def test_three_languages_at_once_are_one_batch_and_match_one_at_a_time() -> None:
-    settings = dataclasses.replace(Settings(), mt_engine="embedded")
+    # batching itself, on the same kernels: the int8 path of batched steps is compared below
+    settings = dataclasses.replace(Settings(), mt_engine="embedded", llm_batch_int8="off")
     worker = Worker()
     for spec in [llm.engine_spec(settings), *mt.engine_specs(settings)]:  # as register_engines does
         worker.add(spec)
@@ -109,3 +111,58 @@ def test_the_words_said_primed_are_not_computed_again_and_change_no_translation(
     texts, references = [r.text for r in primed], [r.text for r in whole]
     assert all(text and text.lower() != NEXT.lower() for text in texts), texts
     assert chrf(texts, references) >= 60.0, (texts, references)
+
+
+SENTENCES = ("Please hold while I try to connect your call.",
+             "Your conference will begin when the leader joins.",
+             "The weather tomorrow will be sunny with a light wind from the west.",
+             "I would like to book a table for four people on Friday evening.",
+             "We are sorry, the number you have dialed is not in service.",
+             "To repeat this menu, press the star key at any time.")
+
+
+def _translate_all(mode: str) -> tuple[list[list[str]], int, str]:
+    """Each of SENTENCES into TARGETS, three rows per batch, with the embedded model's ``llm_batch_int8`` ``mode``;
+    returns the texts per sentence, how many products took the int8 x int8 path, and the engine's mode."""
+    from rtc_agent.engines.llm import batch_int8
+
+    settings = dataclasses.replace(Settings(), mt_engine="embedded", llm_batch_int8=mode)
+    chat = llm.engine_spec(settings).factory()
+    chat.load(lambda message: None)
+    engine = ChatTranslationEngine(chat, kind="embedded")
+    products = 0
+    original = batch_int8.matmul
+
+    def counted(*args: object) -> object:
+        nonlocal products
+        products += 1
+        return original(*args)
+
+    batch_int8.matmul = counted
+    try:
+        texts = [[r.text for r in engine.run_batch([TextTranslateRequest(s, "en", t) for t in TARGETS])]
+                 for s in SENTENCES]
+    finally:
+        batch_int8.matmul = original
+        chat.close()
+    return texts, products, chat.load_info["batch_int8"]
+
+
+def test_batched_decode_steps_in_int8_translate_as_the_int4_kernel_does() -> None:
+    """With ``llm_batch_int8`` the decode steps of three rows take the int8 x int8 products (where this torch runs
+    them) and the translations stay those of the int4 kernel, up to the rounding of 8-bit inputs: chrF between
+    the two over six sentences into three languages, per language."""
+    import torch
+
+    from rtc_agent.engines.llm import batch_int8
+
+    if not batch_int8.available(torch):
+        pytest.skip("no x86/FBGEMM dynamic int8 linear with AVX2 kernels here (ATEN_CPU_CAPABILITY=default?)")
+    fast, products, mode = _translate_all("on")
+    assert mode == "on" and products > 0
+    kernel, none, mode = _translate_all("off")
+    assert mode == "off" and none == 0
+    for b, target in enumerate(TARGETS):
+        texts, references = [row[b] for row in fast], [row[b] for row in kernel]
+        assert all(text and text.lower() not in (s.lower() for s in SENTENCES) for text in texts), texts
+        assert chrf(texts, references) >= 60.0, (target, texts, references)

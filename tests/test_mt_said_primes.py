@@ -105,6 +105,19 @@ def test_mt_prime_words_is_a_validated_setting() -> None:
             validate(dataclasses.replace(Settings(), mt_prime_words=bad))
 
 
+def test_a_translator_from_settings_takes_the_servers_limits() -> None:
+    import dataclasses
+
+    from rtc_agent.config import Settings
+
+    settings = dataclasses.replace(Settings(), mt_timeout_s=12.0, room_mt_backlog=3, mt_prime_words=0)
+    made = FinalsTranslator.from_settings(settings, None, "es", lambda e: None, lambda: 0, source_language="auto")
+    assert (made.timeout_s, made.max_pending, made.prime_words, made.source_language) == (12.0, 3, 0, None)
+    made = FinalsTranslator.from_settings(object(), None, "de", lambda e: None, lambda: 0, source_language="en")
+    assert (made.timeout_s, made.max_pending, made.prime_words, made.source_language) == (
+        30.0, 8, DEFAULT_PRIME_WORDS, "en")
+
+
 async def test_a_call_room_primes_every_listen_language_as_its_speaker_talks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A speaker's caption partials reach each text-route pair of the room: the engine computes the prompt of
     every listen language up to the committed words (batched as the finals are), then translates the final."""

@@ -114,6 +114,10 @@ class EngineSettings:
     llm_precision: str = _opt("auto", "Embedded LLM precision: auto (int4 weights for decode steps and short "
                                       "prompts, bfloat16 for long ones, on CPUs with native bf16; else float32), "
                                       "float32, bfloat16, int8 or int4.", "engines")
+    llm_batch_int8: str = _opt("auto", "Embedded LLM: decode steps of 2-8 sequences at once (a room's languages "
+                                       "translated together) through int8 x int8 products, so three cost about "
+                                       "what one does: auto (where torch runs its AVX2 or AVX-512 kernels), on "
+                                       "or off (the int4 kernel, whose cost grows with the rows).", "engines")
     llm_adaptive_threads: bool = _opt(True, "Embedded LLM: run each step on all its threads only while the rest of "
                                             "the machine leaves the cores idle, else on one (a step split across "
                                             "shared cores waits for the slowest part: up to 6x slower).", "engines")

@@ -86,6 +86,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("llm_row_cache_mb must be 0-4096")
     if settings.llm_precision not in LLM_PRECISIONS:
         raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
+    if settings.llm_batch_int8 not in ("auto", "on", "off"):
+        raise SettingsError("llm_batch_int8 must be auto, on or off")
     short = [k for k in settings.api_keys if len(k) < 16]
     if short:
         raise SettingsError("api_keys must be at least 16 characters each")

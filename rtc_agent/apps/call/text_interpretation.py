@@ -29,8 +29,6 @@ from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.speech_fanout import FanoutSink
 from rtc_agent.apps.interpret.deliverable import ROUTE_TEXT
 from rtc_agent.apps.interpret.text_route import (
-    DEFAULT_BACKLOG,
-    DEFAULT_PRIME_WORDS,
     FinalsTranslator,
     FinalTranslation,
 )
@@ -53,12 +51,9 @@ class TextPairInterpreter:
         self.target = target
         self.engine = str(engine.get("engine") or "mt")
         settings = speaker.ctx.settings
-        self.translator = FinalsTranslator(
-            speaker.ctx.worker, target, self._emit, speaker.ctx.now_ms, on_text=self._on_translation,
-            speaker=speaker.tag, source_language=None if speaker.language == "auto" else speaker.language,
-            timeout_s=float(getattr(settings, "mt_timeout_s", 30.0) or 30.0),
-            max_pending=int(getattr(settings, "room_mt_backlog", DEFAULT_BACKLOG)),
-            prime_words=int(getattr(settings, "mt_prime_words", DEFAULT_PRIME_WORDS)))
+        self.translator = FinalsTranslator.from_settings(
+            settings, speaker.ctx.worker, target, self._emit, speaker.ctx.now_ms, on_text=self._on_translation,
+            speaker=speaker.tag, source_language=speaker.language)
         self.sink = FanoutSink()
         max_lag_ms = int(float(getattr(settings, "st_max_lag_s", 3.0) or 3.0) * 1000)
         self.voice = pair_voice(speaker, target, self.sink, self._emit, max_lag_ms=max_lag_ms)

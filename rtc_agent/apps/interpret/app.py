@@ -45,8 +45,6 @@ from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
 from rtc_agent.apps.interpret.text_route import (
-    DEFAULT_BACKLOG,
-    DEFAULT_PRIME_WORDS,
     FinalsTranslator,
     FinalTranslation,
 )
@@ -109,12 +107,8 @@ class InterpretApp(App):
         self.pipeline.translating = self.route == ROUTE_SPEECH
         self.policy = self.pipeline.policy
         source = config["source_language"]
-        self.finals = FinalsTranslator(
-            ctx.worker, config["target_language"], self._emit, ctx.now_ms, on_text=self._on_final_translation,
-            source_language=None if source == "auto" else source,
-            timeout_s=float(getattr(s, "mt_timeout_s", 30.0) or 30.0),
-            max_pending=int(getattr(s, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG),
-            prime_words=int(getattr(s, "mt_prime_words", DEFAULT_PRIME_WORDS)))
+        self.finals = FinalsTranslator.from_settings(s, ctx.worker, config["target_language"], self._emit, ctx.now_ms,
+                                                     on_text=self._on_final_translation, source_language=source)
         self.speaker: TranslationSpeaker | None = None
         self.voice: dict[str, Any] | None = None
         self._voice_release: Callable[[], None] | None = None  # gives back the neural voice slot (claim_voice)

@@ -77,6 +77,19 @@ class FinalsTranslator:
     - ``prime_words``: see :meth:`hint` (``mt_prime_words``; 0: hints are ignored).
     """
 
+    @classmethod
+    def from_settings(cls, settings: Any, worker: Any, target: str, emit: Callable[[ServerEvent], None],
+                      now_ms: Callable[[], int], *, on_text: Callable[[FinalTranslation], None] | None = None,
+                      speaker: dict[str, str] | None = None, source_language: str | None = None) -> FinalsTranslator:
+        """A translator with the server's limits: ``mt_timeout_s`` (30 when unset or 0), ``room_mt_backlog``
+        (:data:`DEFAULT_BACKLOG` when unset or 0) and ``mt_prime_words`` (:data:`DEFAULT_PRIME_WORDS` when unset;
+        0 turns the primes off). ``source_language`` "auto" or None: each final's own language."""
+        return cls(worker, target, emit, now_ms, on_text=on_text, speaker=speaker,
+                   source_language=None if source_language in (None, "auto") else source_language,
+                   timeout_s=float(getattr(settings, "mt_timeout_s", 30.0) or 30.0),
+                   max_pending=int(getattr(settings, "room_mt_backlog", DEFAULT_BACKLOG) or DEFAULT_BACKLOG),
+                   prime_words=int(getattr(settings, "mt_prime_words", DEFAULT_PRIME_WORDS)))
+
     def __init__(self, worker: Any, target: str, emit: Callable[[ServerEvent], None], now_ms: Callable[[], int], *,
                  on_text: Callable[[FinalTranslation], None] | None = None, speaker: dict[str, str] | None = None,
                  source_language: str | None = None, timeout_s: float = 30.0,

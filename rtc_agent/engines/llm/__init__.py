@@ -87,6 +87,7 @@ def engine_spec(settings: Settings, *, name: str = "llm", concurrency: int | Non
     if kind in EMBEDDED_NAMES:
         cache_dir = settings.cache_dir
         engine_options.setdefault("precision", settings.llm_precision)
+        engine_options.setdefault("batch_int8", str(getattr(settings, "llm_batch_int8", "auto")))
         engine_options.setdefault("adaptive_threads", bool(getattr(settings, "llm_adaptive_threads", True)))
         engine_options.setdefault("row_cache_bytes", int(getattr(settings, "llm_row_cache_mb", 128)) * 2**20)
 

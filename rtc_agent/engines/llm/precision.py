@@ -24,6 +24,9 @@ Precisions (``--llm-precision``):
 - ``auto``: ``int4`` where torch has both kernels, ``int8`` where it has only the int8 one (on a CPU with native
   bf16), else ``float32``.
 
+Decode steps of several rows at once can take an int8 x int8 product instead (:mod:`.batch_int8`,
+``llm_batch_int8``), whose cost does not grow with the rows as the weight-only kernels' does.
+
 The quantized path always computes in ``bfloat16`` (the kernels' fast input; a short input is cast to it and the
 result back). The dense weights follow the CPU: ``bfloat16`` where it has native bf16, else ``float32``
 (:func:`dense_dtype`), because without it a ``bfloat16`` product of many rows is 3-4x slower than ``float32`` while
@@ -42,6 +45,7 @@ import functools
 from typing import Any
 
 from rtc_agent.config import LLM_PRECISIONS
+from rtc_agent.engines.llm import batch_int8 as batch_int8_path
 
 PRECISIONS = LLM_PRECISIONS
 #: Inputs with at most this many rows take the quantized path; longer prompts take the dense one.
@@ -96,23 +100,25 @@ def dense_dtype(torch: Any) -> Any:
     return torch.bfloat16 if _native_bf16(torch) else torch.float32
 
 
-def finish_precision(model: Any, precision: str, torch: Any) -> Any:
+def finish_precision(model: Any, precision: str, torch: Any, batch_int8: bool = False) -> Any:
     """Quantize ``model`` for ``precision`` (int8/int4) and cast its dense weights to :func:`dense_dtype`; returns
-    the model."""
+    the model. ``batch_int8``: decode steps of several rows take :mod:`.batch_int8`'s path."""
     if precision in QUANT_ROWS:
-        quantize_decode_linears(model, torch, precision)
+        quantize_decode_linears(model, torch, precision, batch_int8=batch_int8)
         dense = dense_dtype(torch)
         if dense != torch.float32:
             model = model.to(dense)
     return model
 
 
-def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8") -> dict[str, int]:
+def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8", *,
+                            batch_int8: bool = False) -> dict[str, int]:
     """Give every ``nn.Linear`` of ``model`` a quantized path for short inputs (in place).
 
     Returns how many layers got each kind (``{"int4": n, "int8": m}``). Tied weights (SmolLM2's embedding and
     output head) stay tied: the dense path reads the same parameter. With int4 the output head also rescores its
-    best tokens from the dense weights (see the module doc).
+    best tokens from the dense weights (see the module doc). ``batch_int8``: every layer but the output head also
+    gets :mod:`.batch_int8`'s copy for decode steps of several rows.
     """
     cls = _quant_linear_class()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -123,7 +129,10 @@ def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8") -> 
                 continue
             out_features, in_features = child.weight.shape
             bits = 4 if (precision == "int4" and out_features % 16 == 0 and in_features % INT4_GROUP == 0) else 8
-            setattr(parent, name, cls(child, bits, rescore=HEAD_RESCORE_TOP if child is head and bits == 4 else 0))
+            layer = cls(child, bits, rescore=HEAD_RESCORE_TOP if child is head and bits == 4 else 0)
+            if batch_int8 and child is not head:
+                layer.batch = batch_int8_path.pack(child.weight, torch)
+            setattr(parent, name, layer)
             counts[f"int{bits}"] += 1
     return counts
 
@@ -145,6 +154,7 @@ def _quant_linear_class() -> type:
             self.bits = bits
             self.rescore = min(rescore, linear.out_features)
             self.max_rows = QUANT_ROWS[f"int{bits}"]
+            self.batch: Any = None  # batch_int8.pack's weight, for decode steps of several rows
             weight = linear.weight.detach().float()
             if bits == 8:
                 scale = weight.abs().amax(dim=1).clamp(min=1e-8) / 127.0
@@ -169,6 +179,10 @@ def _quant_linear_class() -> type:
 
         def forward(self, x: Any) -> Any:
             rows = x.numel() // x.shape[-1]
+            if self.batch is not None and batch_int8_path.is_batch_step(x):
+                out = batch_int8_path.matmul(x.reshape(rows, x.shape[-1]), self.batch, torch)
+                out = out.reshape(*x.shape[:-1], out.shape[-1]).to(x.dtype)
+                return out if self.linear.bias is None else out + self.linear.bias
             if rows > self.max_rows:
                 return self.linear(x)
             flat = x.reshape(rows, x.shape[-1]).to(self.scale.dtype).contiguous()

@@ -30,6 +30,7 @@ from typing import Any
 from rtc_agent.engines.assets import MissingAsset
 from rtc_agent.engines.llm.batch_chat import BatchModel, generate_many
 from rtc_agent.engines.llm.batch_forward import BatchForward, LlamaBatchForward, TransformersBatchForward
+from rtc_agent.engines.llm.batch_int8 import resolve as resolve_batch_int8
 from rtc_agent.engines.llm.chat_template import forced_call_prefix, template_turns
 from rtc_agent.engines.llm.engine import ChatEngine
 from rtc_agent.engines.llm.gguf_cache import cache_folder, load_folder, load_gguf
@@ -61,22 +62,23 @@ class SmolLMEngine(ChatEngine):
       else on one (:class:`~rtc_agent.engines.llm.step_threads.StepThreads`; ``step_threads.stats()``).
     - ``warmup``: run one short generation at load, so the first user turn is not the slow one.
     - ``precision``: ``auto``, ``float32``, ``bfloat16``, ``int8`` or ``int4`` (see
-      :mod:`~rtc_agent.engines.llm.precision`).
+      :mod:`~rtc_agent.engines.llm.precision`); ``batch_int8``: ``auto``, ``on`` or ``off`` (:mod:`.batch_int8`).
     - ``prefix_cache``: reuse the last generation's KV cache for a prompt that starts with the same tokens, and
       (lean forward) the keys and values of recent batch rows for batch prompts that start with their tokens
       (``rows``: :class:`~rtc_agent.engines.llm.row_cache.RowCache`, ``row_cache_bytes`` of keys and values).
     - ``lean_decoder``: run Llama-family models through :class:`~rtc_agent.engines.llm.llama_decoder.LlamaDecoder`
       (same modules and results, less per-token overhead); other models use transformers' forward.
 
-    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "precision", "forward", "load_s",
-    "warmup_s"}``. ``reused_tokens`` counts prompt tokens served from the prefix cache.
+    After ``load``: ``load_info`` = ``{"source": "cache"|"gguf"|"folder", "path", "precision", "batch_int8",
+    "forward", "load_s", "warmup_s"}``. ``reused_tokens`` counts prompt tokens served from the prefix cache.
     Errors: ``EngineError(code="context_length_exceeded", status=400)`` when the prompt does not fit.
     """
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str],
                  repetition_penalty: float | None = None, threads: int | None = None, warmup: bool = True,
                  precision: str = "auto", prefix_cache: bool = True, lean_decoder: bool = True,
-                 adaptive_threads: bool = True, row_cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 adaptive_threads: bool = True, row_cache_bytes: int = DEFAULT_MAX_BYTES,
+                 batch_int8: str = "auto") -> None:
         # no model: SmolLM2 (the engine's own default; the server's default model is chosen in ``engine_spec``)
         self.packaged = packaged_model(str(model) if model else "smollm2-135m")
         self.model_path = None if self.packaged is not None else Path(str(model))
@@ -89,6 +91,7 @@ class SmolLMEngine(ChatEngine):
         self.step_threads: StepThreads | None = None
         self.warmup = warmup
         self.precision = precision
+        self.batch_int8 = batch_int8  # after load: "on" or "off"
         self.prefix_cache = prefix_cache
         self.lean_decoder = lean_decoder
         self._decoder: LlamaDecoder | None = None
@@ -131,6 +134,7 @@ class SmolLMEngine(ChatEngine):
         self.step_threads = StepThreads(most, torch.set_num_threads) if self.adaptive_threads and most > 1 else None
         try:
             self.precision = resolve_precision(self.precision, torch)
+            self.batch_int8 = "on" if resolve_batch_int8(self.batch_int8, torch) else "off"
         except ValueError as exc:
             raise EngineError(str(exc), code="engine_load_failed") from None
         source = self.model_path
@@ -155,7 +159,7 @@ class SmolLMEngine(ChatEngine):
             raise EngineError(f"LLM model {source} is neither a .gguf file nor a model folder",
                               code="engine_load_failed")
         self._prepare()
-        info["precision"] = self.precision
+        info.update(precision=self.precision, batch_int8=self.batch_int8)
         info["forward"] = self._forward_kind
         info["load_s"] = round(time.monotonic() - start, 3)
         progress(f"{self.model_name} ready from the {info['source']} in {info['load_s']:.2f} s")
@@ -170,7 +174,8 @@ class SmolLMEngine(ChatEngine):
 
     def _prepare(self) -> None:
         tok = self._tokenizer
-        model = self._model = finish_precision(self._model.eval(), self.precision, self._torch)
+        model = self._model = finish_precision(self._model.eval(), self.precision, self._torch,
+                                               batch_int8=self.batch_int8 == "on")
         self.max_context = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
         reason = unsupported_reason(model) if self.lean_decoder else "turned off"
         if reason is None:
