@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from rtc_agent.config import Settings, SettingsError  # noqa: E402
 from rtc_agent.config.validation import validate  # noqa: E402
-from rtc_agent.engines.llm import batch_int8  # noqa: E402
+from rtc_agent.engines.llm import batch_int8, precision  # noqa: E402
 from rtc_agent.engines.llm.precision import finish_precision, resolve_precision  # noqa: E402
 from tests.test_llm_precision import tiny_llama  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_only_decode_steps_of_several_rows_take_the_int8_path(monkeypatch: pytes
     assert sum(m.batch is not None for m in layers) == 2 * 7 and quant.lm_head.batch is None
     calls = []
     original = batch_int8.matmul
-    monkeypatch.setattr(batch_int8, "matmul", lambda *a: calls.append(a[0].shape) or original(*a))
+    monkeypatch.setattr(precision, "matmul", lambda *a: calls.append(a[0].shape) or original(*a))
     with torch.inference_mode():
         for shape, used in (((3, 1), True), ((2, 1), True), ((8, 1), True), ((1, 1), False), ((3, 4), False),
                             ((9, 1), False)):

@@ -146,6 +146,10 @@ def test_a_user_model_folder_loads_in_each_precision(tmp_path: Path, precision: 
     engine = SmolLMEngine(folder, cache_dir=tmp_path / "cache", precision=precision, warmup=False)
     engine.load(lambda message: None)
     assert engine.load_info["source"] == "folder" and engine.load_info["precision"] == precision
+    from rtc_agent.engines.llm import batch_int8
+
+    quantized = precision in ("int8", "int4") and batch_int8.available(torch)
+    assert engine.load_info["batch_int8"] == engine.runtime_stats()["batch_int8"] == ("on" if quantized else "off")
     request = ChatRequest(messages=[{"role": "user", "content": "hello there"}], max_tokens=5)
     deltas = list(engine.generate(request, CancelToken()))
     assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens >= 1

@@ -175,6 +175,7 @@ async def test_the_worker_shows_the_loaded_llm_row_cache_and_thread_choices(fold
                                              temperature=0.0))
         runtime = worker.stats()["llm"]["runtime"]
         assert set(runtime["row_cache"]) >= {"rows", "bytes", "max_bytes", "hits", "evicted"}
+        assert runtime["batch_int8"] == "off"  # a float32 model has no quantized layers
         threads = runtime["step_threads"]
         assert threads is None or set(threads) >= {"max_threads", "threads", "drops", "raises", "reduced_share"}
     finally:

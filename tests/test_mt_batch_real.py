@@ -124,26 +124,26 @@ SENTENCES = ("Please hold while I try to connect your call.",
 def _translate_all(mode: str) -> tuple[list[list[str]], int, str]:
     """Each of SENTENCES into TARGETS, three rows per batch, with the embedded model's ``llm_batch_int8`` ``mode``;
     returns the texts per sentence, how many products took the int8 x int8 path, and the engine's mode."""
-    from rtc_agent.engines.llm import batch_int8
+    from rtc_agent.engines.llm import precision
 
     settings = dataclasses.replace(Settings(), mt_engine="embedded", llm_batch_int8=mode)
     chat = llm.engine_spec(settings).factory()
     chat.load(lambda message: None)
     engine = ChatTranslationEngine(chat, kind="embedded")
     products = 0
-    original = batch_int8.matmul
+    original = precision.matmul
 
     def counted(*args: object) -> object:
         nonlocal products
         products += 1
         return original(*args)
 
-    batch_int8.matmul = counted
+    precision.matmul = counted
     try:
         texts = [[r.text for r in engine.run_batch([TextTranslateRequest(s, "en", t) for t in TARGETS])]
                  for s in SENTENCES]
     finally:
-        batch_int8.matmul = original
+        precision.matmul = original
         chat.close()
     return texts, products, chat.load_info["batch_int8"]
 

@@ -45,7 +45,7 @@ import functools
 from typing import Any
 
 from rtc_agent.config import LLM_PRECISIONS
-from rtc_agent.engines.llm import batch_int8 as batch_int8_path
+from rtc_agent.engines.llm.batch_int8 import is_batch_step, matmul, pack
 
 PRECISIONS = LLM_PRECISIONS
 #: Inputs with at most this many rows take the quantized path; longer prompts take the dense one.
@@ -131,7 +131,7 @@ def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8", *,
             bits = 4 if (precision == "int4" and out_features % 16 == 0 and in_features % INT4_GROUP == 0) else 8
             layer = cls(child, bits, rescore=HEAD_RESCORE_TOP if child is head and bits == 4 else 0)
             if batch_int8 and child is not head:
-                layer.batch = batch_int8_path.pack(child.weight, torch)
+                layer.batch = pack(child.weight, torch)
             setattr(parent, name, layer)
             counts[f"int{bits}"] += 1
     return counts
@@ -179,8 +179,8 @@ def _quant_linear_class() -> type:
 
         def forward(self, x: Any) -> Any:
             rows = x.numel() // x.shape[-1]
-            if self.batch is not None and batch_int8_path.is_batch_step(x):
-                out = batch_int8_path.matmul(x.reshape(rows, x.shape[-1]), self.batch, torch)
+            if self.batch is not None and is_batch_step(x):
+                out = matmul(x.reshape(rows, x.shape[-1]), self.batch, torch)
                 out = out.reshape(*x.shape[:-1], out.shape[-1]).to(x.dtype)
                 return out if self.linear.bias is None else out + self.linear.bias
             if rows > self.max_rows:

@@ -86,14 +86,11 @@ class SmolLMEngine(ChatEngine):
         if repetition_penalty is None:
             repetition_penalty = self.packaged.repetition_penalty if self.packaged is not None else 1.1
         self.repetition_penalty = repetition_penalty
-        self.threads = threads
-        self.adaptive_threads = adaptive_threads
+        self.threads, self.adaptive_threads = threads, adaptive_threads
         self.step_threads: StepThreads | None = None
         self.warmup = warmup
-        self.precision = precision
-        self.batch_int8 = batch_int8  # after load: "on" or "off"
-        self.prefix_cache = prefix_cache
-        self.lean_decoder = lean_decoder
+        self.precision, self.batch_int8 = precision, batch_int8  # batch_int8 after load: "on" or "off"
+        self.prefix_cache, self.lean_decoder = prefix_cache, lean_decoder
         self._decoder: LlamaDecoder | None = None
         self._forward_kind = ""
         self.reused_tokens = 0
@@ -101,8 +98,7 @@ class SmolLMEngine(ChatEngine):
         self.rows = RowCache(max_bytes=row_cache_bytes)
         self._cached_ids: list[int] = []  # the tokens whose keys and values ``_cached_past`` holds
         self._cached_past: Any = None
-        #: Called before every token and every decoder layer; the worker sets it to step aside for latency-critical
-        #: engines.
+        #: Called before every token and decoder layer (the worker's: step aside for latency-critical engines).
         self.checkpoint: Callable[[], object] = lambda: None
         #: Called before a delta is handed on (the consumer may block it): the step in progress has ended.
         self.step_done: Callable[[], None] = lambda: None
@@ -134,7 +130,8 @@ class SmolLMEngine(ChatEngine):
         self.step_threads = StepThreads(most, torch.set_num_threads) if self.adaptive_threads and most > 1 else None
         try:
             self.precision = resolve_precision(self.precision, torch)
-            self.batch_int8 = "on" if resolve_batch_int8(self.batch_int8, torch) else "off"
+            batch_int8 = resolve_batch_int8(self.batch_int8, torch) and self.precision in ("int8", "int4")
+            self.batch_int8 = "on" if batch_int8 else "off"  # float32 and bfloat16 models have no quantized layers
         except ValueError as exc:
             raise EngineError(str(exc), code="engine_load_failed") from None
         source = self.model_path
@@ -212,8 +209,8 @@ class SmolLMEngine(ChatEngine):
 
     def runtime_stats(self) -> dict[str, Any]:
         """``row_cache``: :meth:`RowCache.stats`; ``step_threads``: :meth:`StepThreads.stats` (None when the thread
-        count is fixed)."""
-        return {"row_cache": self.rows.stats(),
+        count is fixed); ``batch_int8``: whether batched decode steps take int8 x int8 products ("on"/"off")."""
+        return {"row_cache": self.rows.stats(), "batch_int8": self.batch_int8,
                 "step_threads": self.step_threads.stats() if self.step_threads is not None else None}
 
     def close(self) -> None:
