@@ -2,8 +2,8 @@
 
 The int4 weight-only kernel of :mod:`.precision` unpacks the weights again for every input row, so a step's cost
 grows with its rows: Qwen2.5-0.5B's linear layers (every weight read from memory, one thread, a 2-core AMD EPYC with
-AVX-512) took 20.6 ms for one row and 30.4 ms for three. ``quantized::linear_dynamic`` quantizes the input rows to
-8 bits at each call and multiplies them with per-output-channel int8 weights in integer arithmetic (VNNI or AVX2):
+AVX-512) took 20.6 ms for one row and 30.4 ms for three. ``quantized::linear_dynamic`` quantizes the input rows at
+each call and multiplies them with per-output-channel int8 weights in integer arithmetic (VNNI or AVX2):
 20.5 ms for one row and 22.1 ms for three, so three rows cost about what one does. A decode step of
 :data:`BATCH_ROWS` sequences (a room's listen languages translated together, sessions whose replies decode in one
 batch) takes this path; a single sequence and every prompt keep the int4 or int8 weight-only one, so one
@@ -12,8 +12,9 @@ conversation's numbers are the same with it on or off.
 It costs an int8 copy of every decoded linear layer beside the int4 one (Qwen2.5-0.5B: 0.36 GB; the output head,
 whose int4 product is rescored from its dense weights, has none). The inputs are quantized to 7 bits
 (``reduce_range``), which keeps the 16-bit pair sums of AVX2 CPUs without VNNI from saturating. Over 40 Asterisk
-prompts into es, it and fr, translated three at a time, chrF moved by -1.4 / +0.1 / +1.1 against the int4 path and
-the step took 46 ms instead of 55 ms.
+prompts into es, it and fr, translated three at a time on one thread, chrF moved by +1.4 / -0.7 / +1.0 against the
+int4 path and the step took 46 ms instead of 54 ms (under ``cpu-profile avx2``: -1.9 / -0.8 / +0.2, 54 ms instead
+of 80 ms).
 
 ``llm_batch_int8``: ``auto`` uses it where torch has the x86/FBGEMM quantized engine and runs its AVX2 or AVX-512
 kernels (``torch.backends.cpu.get_cpu_capability()``: not under ``ATEN_CPU_CAPABILITY=default``), ``on`` requires
