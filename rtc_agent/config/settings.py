@@ -14,9 +14,11 @@ from rtc_agent.config.engine_settings import EngineSettings
 from rtc_agent.config.options import ENV_PREFIX, PROJECT_ROOT
 from rtc_agent.config.options import opt as _opt
 
-__all__ = ["ENGINE_KINDS", "ENV_PREFIX", "LLM_PRECISIONS", "PROJECT_ROOT", "Settings", "SettingsError"]
+__all__ = ["ENGINE_KINDS", "ENV_PREFIX", "LLM_BATCH_INT8_MODES", "LLM_PRECISIONS", "PROJECT_ROOT", "Settings",
+           "SettingsError"]
 
 LLM_PRECISIONS = ("auto", "float32", "bfloat16", "int8", "int4")  # see rtc_agent.engines.llm.precision
+LLM_BATCH_INT8_MODES = ("auto", "on", "off")  # see rtc_agent.engines.llm.batch_int8
 ENGINE_KINDS = ("asr", "st", "llm", "tts", "vlm")
 
 

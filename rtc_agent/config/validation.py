@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rtc_agent.config.networks import parse_networks, parse_proxy_header
 from rtc_agent.config.replicas import validate_replicas
-from rtc_agent.config.settings import LLM_PRECISIONS, Settings, SettingsError
+from rtc_agent.config.settings import LLM_BATCH_INT8_MODES, LLM_PRECISIONS, Settings, SettingsError
 
 
 def validate(settings: Settings) -> None:
@@ -86,8 +86,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("llm_row_cache_mb must be 0-4096")
     if settings.llm_precision not in LLM_PRECISIONS:
         raise SettingsError(f"llm_precision must be one of {', '.join(LLM_PRECISIONS)}")
-    if settings.llm_batch_int8 not in ("auto", "on", "off"):
-        raise SettingsError("llm_batch_int8 must be auto, on or off")
+    if settings.llm_batch_int8 not in LLM_BATCH_INT8_MODES:
+        raise SettingsError(f"llm_batch_int8 must be one of {', '.join(LLM_BATCH_INT8_MODES)}")
     short = [k for k in settings.api_keys if len(k) < 16]
     if short:
         raise SettingsError("api_keys must be at least 16 characters each")

@@ -28,10 +28,7 @@ from rtc_agent.apps.call.pair_voice import hear_speech, pair_voice, stop_pair
 from rtc_agent.apps.call.participant import Participant
 from rtc_agent.apps.call.speech_fanout import FanoutSink
 from rtc_agent.apps.interpret.deliverable import ROUTE_TEXT
-from rtc_agent.apps.interpret.text_route import (
-    FinalsTranslator,
-    FinalTranslation,
-)
+from rtc_agent.apps.interpret.text_route import FinalsTranslator, FinalTranslation
 from rtc_agent.apps.interpret.work_queue import WorkQueue
 from rtc_agent.protocol import ServerEvent
 from rtc_agent.protocol.events import CaptionFinal, CaptionPartial, CaptionTranslation

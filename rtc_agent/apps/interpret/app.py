@@ -44,10 +44,7 @@ from rtc_agent.apps.interpret.policy import SimulPolicy
 from rtc_agent.apps.interpret.policy_config import PolicyConfig
 from rtc_agent.apps.interpret.source_captions import SourceCaptions
 from rtc_agent.apps.interpret.speech import TranslationSpeaker, catchup_synthesizer
-from rtc_agent.apps.interpret.text_route import (
-    FinalsTranslator,
-    FinalTranslation,
-)
+from rtc_agent.apps.interpret.text_route import FinalsTranslator, FinalTranslation
 from rtc_agent.engines import st
 from rtc_agent.engines.tts.stream import SpeechSynthesizer
 from rtc_agent.errors import InvalidRequest

@@ -26,11 +26,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from rtc_agent.config import LLM_BATCH_INT8_MODES
+
 __all__ = ["BATCH_ROWS", "MODES", "available", "is_batch_step", "matmul", "pack", "resolve"]
 
 #: Rows of a decode step (one token per sequence) that take the int8 x int8 path.
 BATCH_ROWS = range(2, 9)
-MODES = ("auto", "on", "off")
+MODES = LLM_BATCH_INT8_MODES
 _ENGINES = ("x86", "fbgemm")
 
 
@@ -56,10 +58,11 @@ def resolve(mode: str, torch: Any) -> bool:
         raise ValueError(f"unknown llm_batch_int8 {mode!r}: use one of {', '.join(MODES)}")
     if mode == "off":
         return False
-    if mode == "on" and not available(torch):
+    usable = available(torch)
+    if mode == "on" and not usable:
         raise ValueError("llm_batch_int8 on: this torch has no x86/FBGEMM dynamic int8 linear with AVX2 kernels "
                          "(use auto or off)")
-    return available(torch)
+    return usable
 
 
 def pack(weight: Any, torch: Any) -> Any:
