@@ -42,13 +42,13 @@ def test_the_setting_resolves_and_is_validated(monkeypatch: pytest.MonkeyPatch) 
 
 @needs_path
 def test_only_decode_steps_of_several_rows_take_the_int8_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every layer but the output head gets the int8 copy; a step of 2-8 rows uses it, one row, a prompt and more
-    than 8 rows do not (they compute as without it); its logits track the dense model's."""
+    """Every layer gets the int8 copy; a step of 2-8 rows uses it, one row, a prompt and more than 8 rows do not
+    (they compute as without it); its logits track the dense model's."""
     dense = tiny_llama()
     quant = finish_precision(tiny_llama(), "int4", torch, batch_int8=True)
     plain = finish_precision(tiny_llama(), "int4", torch)
     layers = [m for m in quant.modules() if type(m).__name__ == "DecodeQuantLinear"]
-    assert sum(m.batch is not None for m in layers) == 2 * 7 and quant.lm_head.batch is None
+    assert sum(m.batch is not None for m in layers) == 2 * 7 + 1 and quant.lm_head.batch is not None
     calls = []
     original = batch_int8.matmul
     monkeypatch.setattr(precision, "matmul", lambda *a: calls.append(a[0].shape) or original(*a))
@@ -78,3 +78,20 @@ def test_a_product_matches_the_float_one() -> None:
     got = batch_int8.matmul(x, batch_int8.pack(weight, torch), torch)
     exact = x @ weight.t()
     assert got.shape == exact.shape and float((got - exact).norm() / exact.norm()) < 0.03
+
+
+@needs_path
+def test_the_output_head_of_a_batch_step_rescores_its_best_tokens_from_the_dense_weights() -> None:
+    """The output head's int8 x int8 logits pick the candidates; each row's best ``HEAD_RESCORE_TOP`` are computed
+    again from the dense weights, so a greedy step takes the dense head's token."""
+    torch.manual_seed(5)
+    for _ in range(3):
+        linear = torch.nn.Linear(64, 512, bias=False)
+        head = precision._quant_linear_class()(linear, 4, rescore=precision.HEAD_RESCORE_TOP)
+        head.batch = batch_int8.pack(linear.weight, torch)
+        x = torch.randn(3, 1, 64)
+        with torch.inference_mode():
+            got, exact = head(x)[:, 0].float(), linear(x)[:, 0].float()
+        assert torch.equal(got.argmax(-1), exact.argmax(-1))
+        top = exact.topk(4, dim=-1).indices
+        assert torch.allclose(got.gather(1, top), exact.gather(1, top), rtol=1e-4, atol=1e-5)

@@ -19,6 +19,7 @@ from rtc_agent.engines.llm.precision import (  # noqa: E402
     model_dtype,
     quantize_decode_linears,
     resolve_precision,
+    top_indices,
 )
 from rtc_agent.engines.llm.smollm import SmolLMEngine  # noqa: E402
 from rtc_agent.errors import EngineError  # noqa: E402
@@ -130,6 +131,20 @@ def test_int4_head_picks_the_dense_heads_best_tokens() -> None:
     top = exact.topk(5, dim=-1).indices
     assert torch.allclose(got.gather(1, top), exact.gather(1, top), atol=1e-4)
     assert float((got - exact).norm() / exact.norm()) < 0.1
+
+
+def test_blockwise_top_indices_are_the_topk_set() -> None:
+    """The head's candidates, found block by block, are the set a full topk gives: vocabularies a multiple of the
+    block or not, fewer blocks than candidates, one row or several, and a row whose best tokens share one block."""
+    torch.manual_seed(4)
+    for (rows, n), k, block in (((3, 151936), 32, 128), ((1, 1000), 32, 128), ((2, 49152), 32, 128),
+                                ((4, 999), 5, 7), ((2, 40), 32, 128), ((3, 4096), 32, 64)):
+        for _ in range(4):
+            values = torch.randn(rows, n)
+            values[0, 64:96] += 50.0  # the 32 best of row 0 in one or two blocks
+            got = top_indices(values, k, torch, block)
+            assert got.shape == (rows, k)
+            assert torch.equal(got.sort(-1).values, values.topk(k, dim=-1).indices.sort(-1).values)
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8", "int4"])
