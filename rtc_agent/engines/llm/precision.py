@@ -145,8 +145,9 @@ def top_indices(values: Any, k: int, torch: Any, block: int = TOP_BLOCK) -> Any:
 
     Blockwise: the largest entry of each block of ``block`` chooses the ``k`` blocks that can hold the ``k`` largest,
     and only those are searched. A full ``topk`` allocates a buffer of ``n`` (value, index) pairs a row (2.4 MB for
-    Qwen's 151936 tokens) on every call, and the first touch of those pages cost 4-5 ms a decode step of three rows
-    (against 0.5 ms warm) on the 2-core AMD EPYC VMs: a tenth of the step."""
+    Qwen's 151936 tokens) on every call: in the engine's decode steps of three rows it took 1.5-5.5 ms (its pages
+    touched anew, up to ~600 page faults a call) against 0.5 ms repeated at once; this takes 0.1 ms (2-core AMD
+    EPYC with AVX-512, one thread)."""
     rows, n = values.shape
     blocks = -(-n // block)
     if blocks <= k:
