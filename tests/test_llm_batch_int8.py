@@ -42,13 +42,15 @@ def test_the_setting_resolves_and_is_validated(monkeypatch: pytest.MonkeyPatch) 
 
 @needs_path
 def test_only_decode_steps_of_several_rows_take_the_int8_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every layer gets the int8 copy; a step of 2-8 rows uses it, one row, a prompt and more than 8 rows do not
-    (they compute as without it); its logits track the dense model's."""
+    """Every layer gets the int8 copy (the output head where it is rescored); a step of 2-8 rows uses it, one row, a
+    prompt and more than 8 rows do not (they compute as without it); its logits track the dense model's."""
     dense = tiny_llama()
     quant = finish_precision(tiny_llama(), "int4", torch, batch_int8=True)
     plain = finish_precision(tiny_llama(), "int4", torch)
     layers = [m for m in quant.modules() if type(m).__name__ == "DecodeQuantLinear"]
     assert sum(m.batch is not None for m in layers) == 2 * 7 + 1 and quant.lm_head.batch is not None
+    # an int8 model's head is not rescored: its batched steps keep the weight-only product
+    assert finish_precision(tiny_llama(), "int8", torch, batch_int8=True).lm_head.batch is None
     calls = []
     original = batch_int8.matmul
     monkeypatch.setattr(precision, "matmul", lambda *a: calls.append(a[0].shape) or original(*a))

@@ -120,7 +120,8 @@ def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8", *,
     Returns how many layers got each kind (``{"int4": n, "int8": m}``). Tied weights (SmolLM2's embedding and
     output head) stay tied: the dense path reads the same parameter. With int4 the output head also rescores its
     best tokens from the dense weights (see the module doc). ``batch_int8``: every layer also gets
-    :mod:`.batch_int8`'s copy for decode steps of several rows (the output head's products rescored as above).
+    :mod:`.batch_int8`'s copy for decode steps of several rows, the output head only where it rescores (its best
+    tokens then still come from the dense weights; an int8 head's 7-bit inputs would pick other tokens).
     """
     cls = _quant_linear_class()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -132,7 +133,7 @@ def quantize_decode_linears(model: Any, torch: Any, precision: str = "int8", *,
             out_features, in_features = child.weight.shape
             bits = 4 if (precision == "int4" and out_features % 16 == 0 and in_features % INT4_GROUP == 0) else 8
             layer = cls(child, bits, rescore=HEAD_RESCORE_TOP if child is head and bits == 4 else 0)
-            if batch_int8:
+            if batch_int8 and (child is not head or layer.rescore):  # an unrescored head keeps its 8-bit weights
                 layer.batch = pack(child.weight, torch)
             setattr(parent, name, layer)
             counts[f"int{bits}"] += 1
