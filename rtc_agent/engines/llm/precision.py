@@ -204,22 +204,18 @@ def _quant_linear_class() -> type:
 
         def forward(self, x: Any) -> Any:
             rows = x.numel() // x.shape[-1]
-            if self.batch is not None and is_batch_step(x):
-                flat = x.reshape(rows, x.shape[-1])
-                out = matmul(flat, self.batch, torch)
-                if self.rescore:
-                    out = self._rescored(out, flat)
-                out = out.reshape(*x.shape[:-1], out.shape[-1]).to(x.dtype)
-                return out if self.linear.bias is None else out + self.linear.bias
-            if rows > self.max_rows:
+            batched = self.batch is not None and is_batch_step(x)
+            if not batched and rows > self.max_rows:
                 return self.linear(x)
-            flat = x.reshape(rows, x.shape[-1]).to(self.scale.dtype).contiguous()
-            if self.bits == 8:
-                out = torch._weight_int8pack_mm(flat, self.packed, self.scale)
+            flat = x.reshape(rows, x.shape[-1])
+            if batched:
+                out = matmul(flat, self.batch, torch)
             else:
-                out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, INT4_GROUP, self.scale)
+                short = flat.to(self.scale.dtype).contiguous()
+                out = (torch._weight_int8pack_mm(short, self.packed, self.scale) if self.bits == 8 else
+                       torch.ops.aten._weight_int4pack_mm_for_cpu(short, self.packed, INT4_GROUP, self.scale))
             if self.rescore:
-                out = self._rescored(out.float(), x.reshape(rows, x.shape[-1]))
+                out = self._rescored(out.float(), flat)
             out = out.reshape(*x.shape[:-1], out.shape[-1]).to(x.dtype)
             return out if self.linear.bias is None else out + self.linear.bias
 
