@@ -33,6 +33,7 @@ import numpy as np
 
 from rtc_agent.engines.tts.base import SynthesisRequest, decode_wav, encode_wav
 from rtc_agent.engines.tts.piper import PiperEngine, default_voice_paths
+from rtc_agent.rtc.resampler import audio_resampler
 
 __all__ = [
     "cache_dir",
@@ -130,7 +131,7 @@ def resample(pcm: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     pcm = np.ascontiguousarray(np.asarray(pcm, dtype=np.int16).reshape(-1))
     if from_rate == to_rate or pcm.size == 0:
         return pcm.copy()
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=to_rate)
+    resampler = audio_resampler(to_rate)
     frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
     frame.sample_rate = from_rate
     frames = resampler.resample(frame) + resampler.resample(None)

@@ -1,10 +1,11 @@
-"""Native threads are given back when media ends, not at garbage collection.
+"""Media readers and writers hold no native threads of their own, during or after their media.
 
-PyAV's ``AudioResampler`` runs a libavfilter graph whose worker threads (one per core) live as long as the
-resampler does. A session kept after it closes (the registry keeps recent sessions for ``GET`` and exports)
-used to keep its resamplers too: the soak benchmark saw the server go from 29 to 222 threads. The audio reader
-and finished or cleared utterances now drop theirs at once. asyncio's default executor is started at full size
-with the server, so it does not creep up during a run.
+PyAV's ``AudioResampler`` runs a libavfilter graph that starts worker threads (one per core) unless told to use
+none, and since PyAV 18.1.1 that graph is freed only by the cyclic garbage collector: a session kept after it
+closes (the registry keeps recent sessions for ``GET`` and exports) once kept its resamplers' threads, and the
+soak benchmark saw the server go from 29 to 222 threads. Every resampler now runs its graph on the calling
+thread (``rtc.resampler``), and the audio reader and finished or cleared utterances drop theirs at once.
+asyncio's default executor is started at full size with the server, so it does not creep up during a run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from rtc_agent.rtc import AudioInput, SessionClock, SpeechOutput
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.worker.default_executor import default_executor_size, prestart_default_executor
 from tests.test_rtc_edges import ScriptedTrack, stereo_48k_frame
 
@@ -39,6 +41,14 @@ def no_gc():
     gc.disable()
     yield
     gc.enable()
+
+
+def test_a_resampler_starts_no_threads():
+    before = native_threads()
+    resamplers = [audio_resampler(16000) for _ in range(4)]
+    out = [r.resample(stereo_48k_frame(0)) for r in resamplers]
+    assert all(frames for frames in out)  # the graphs are configured: a default one would have started threads
+    assert native_threads() <= before
 
 
 async def test_ended_audio_reader_holds_no_resampler_threads():

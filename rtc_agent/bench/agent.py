@@ -23,6 +23,7 @@ import numpy as np
 
 from rtc_agent.bench.common import local_server, machine, percentile_ms, write_json
 from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.rtc.speech_output import SpeechOutput
 
 RATE = 48000
@@ -57,7 +58,7 @@ def synthesize(texts: list[str]) -> dict[str, np.ndarray]:
         result = engine.synthesize(SynthesisRequest(text=text))
         frame = av.AudioFrame.from_ndarray(result.pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = result.sample_rate
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
+        resampler = audio_resampler(RATE)
         out[text] = np.concatenate([f.to_ndarray().reshape(-1)
                                     for f in [*resampler.resample(frame), *resampler.resample(None)]])
     return out

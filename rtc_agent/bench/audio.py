@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rtc_agent.rtc.resampler import audio_resampler
+
 __all__ = ["load_audio_48k", "load_audio_array", "offline_whisper", "resample", "speech_segments_ms"]
 
 
@@ -22,7 +24,7 @@ def resample(pcm: np.ndarray, rate: int, to_rate: int, *, fmt: str = "s16") -> n
     frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16",
                                        layout="mono")
     frame.sample_rate = rate
-    resampler = av.AudioResampler(format=fmt, layout="mono", rate=to_rate)
+    resampler = audio_resampler(to_rate, fmt)
     return np.concatenate([f.to_ndarray().reshape(-1) for f in [*resampler.resample(frame),
                                                                  *resampler.resample(None)]])
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from rtc_agent.bench.common import local_server, machine, write_json
 from rtc_agent.rtc.client import ClientPeer
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.rtc.sources import PcmSourceTrack, load_audio
 
 APPS = ("captions", "agent", "interpret", "echo")
@@ -187,7 +188,7 @@ def speech_clip(audio: str | None) -> tuple[np.ndarray, str]:
     engine.close()
     frame = av.AudioFrame.from_ndarray(result.pcm.reshape(1, -1), format="s16", layout="mono")
     frame.sample_rate = result.sample_rate
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
+    resampler = audio_resampler(48000)
     pcm = np.concatenate([f.to_ndarray().reshape(-1) for f in [*resampler.resample(frame),
                                                                  *resampler.resample(None)]])
     return np.concatenate([np.zeros(4800, dtype=np.int16), pcm]), f"Piper joe: {PHRASE!r}"

@@ -15,6 +15,8 @@ import binascii
 import av
 import numpy as np
 
+from rtc_agent.rtc.resampler import audio_resampler
+
 __all__ = ["FORMAT_RATES", "MODEL_RATE", "InputDecoder", "OutputEncoder", "Resampler", "alaw_decode",
            "alaw_encode", "decode_base64", "ulaw_decode", "ulaw_encode"]
 
@@ -98,7 +100,7 @@ class Resampler:
 
     def __init__(self, src: int, dst: int) -> None:
         self.src, self.dst = src, dst
-        self._av = None if src == dst else av.AudioResampler(format="s16", layout="mono", rate=dst)
+        self._av = None if src == dst else audio_resampler(dst)
 
     def feed(self, pcm: np.ndarray) -> np.ndarray:
         pcm = np.ascontiguousarray(np.asarray(pcm, dtype=np.int16).reshape(-1))
@@ -113,7 +115,7 @@ class Resampler:
         if self._av is None:
             return np.zeros(0, dtype=np.int16)
         tail = self._join(self._av.resample(None))
-        self._av = av.AudioResampler(format="s16", layout="mono", rate=self.dst)
+        self._av = audio_resampler(self.dst)
         return tail
 
     @staticmethod

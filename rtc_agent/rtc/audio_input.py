@@ -15,6 +15,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.rtc.clock import SessionClock
+from rtc_agent.rtc.resampler import audio_resampler
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,9 @@ class AudioInput:
         self.sink = sink
         self.frames = 0
         self.sink_errors = 0
-        # libavfilter gives each resampler's graph its own worker threads (one per core), freed only with the
-        # graph: the reader drops it when the track ends (see run), so an ended session holds none of them.
-        self._resampler: av.AudioResampler | None = av.AudioResampler(format="s16", layout="mono",
-                                                                      rate=SAMPLE_RATE)
+        # The resampler's graph runs on this thread (see rtc.resampler); the reader drops it when the track ends
+        # (see run), so an ended session kept for GET and exports holds no libavfilter state.
+        self._resampler: av.AudioResampler | None = audio_resampler(SAMPLE_RATE)
         clock.use_audio(SAMPLE_RATE)
 
     @property
@@ -79,5 +79,5 @@ class AudioInput:
             self.close()
 
     def close(self) -> None:
-        """Free the resampler (and its native threads) now; later frames convert to nothing."""
+        """Drop the resampler now; later frames convert to nothing."""
         self._resampler = None

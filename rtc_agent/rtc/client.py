@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import av
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -23,6 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from rtc_agent.rtc.event_channel import LABEL
 from rtc_agent.rtc.jitter import shorten_audio_jitter
 from rtc_agent.rtc.peer_close import PC_CLOSE_TIMEOUT_S, close_peer_connection
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.tasks import wait_tasks
 
 RECEIVED_AUDIO_LIMIT_S = 600  # the client keeps at most this much received audio
@@ -166,7 +166,7 @@ class ClientPeer:
             self._tasks.append(asyncio.create_task(self._drain(track), name="client-drain"))
 
     async def _read_audio(self, track: MediaStreamTrack) -> None:
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
+        resampler = audio_resampler(48000)
         try:
             while True:
                 frame = await track.recv()

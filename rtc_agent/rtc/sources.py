@@ -14,6 +14,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.rtc.pacing import FramePacer
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.rtc.speech_output import pcm_frame
 
 VIDEO_CLOCK = 90000
@@ -21,7 +22,7 @@ VIDEO_CLOCK = 90000
 
 def load_audio(path: str | Path, sample_rate: int = 48000) -> np.ndarray:
     """Decode any audio file ffmpeg reads into mono int16 at ``sample_rate``."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=sample_rate)
+    resampler = audio_resampler(sample_rate)
     parts: list[np.ndarray] = []
     with av.open(str(path)) as container:
         for frame in container.decode(audio=0):

@@ -22,6 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from rtc_agent.errors import AgentError
 from rtc_agent.rtc.pacing import FramePacer
+from rtc_agent.rtc.resampler import audio_resampler
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class Utterance:
         self.started = False
         self.done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._resampler = (
-            None if sample_rate == SAMPLE_RATE else av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+            None if sample_rate == SAMPLE_RATE else audio_resampler(SAMPLE_RATE)
         )
 
     @property
@@ -103,7 +104,7 @@ class Utterance:
                 self.queued_samples += tail.size
                 self.written_samples += tail.size
         self.finished = True
-        self._resampler = None  # its filter graph holds native threads: free them now, not at garbage collection
+        self._resampler = None  # its filter graph's state is not needed past the end
         if self.queued_samples == 0 and self.started:
             self._output._complete(self)
 

@@ -26,6 +26,7 @@ import numpy as np
 from aiohttp import web
 
 from rtc_agent.errors import AgentError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from rtc_agent.rtc.resampler import audio_resampler
 from rtc_agent.server.multipart_form import READ_CHUNK_BYTES, FormLimits, FormReader
 
 __all__ = ["SAMPLE_RATE", "SPOOL_MEMORY_BYTES", "AudioDecoder", "Upload", "UploadLimits", "read_upload"]
@@ -158,9 +159,8 @@ class AudioDecoder:
         return None
 
     def _decode(self) -> Iterator[np.ndarray]:
-        import av
 
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+        resampler = audio_resampler(SAMPLE_RATE)
         for frame in self._container.decode(audio=0):
             for out in resampler.resample(frame):
                 yield out.to_ndarray().reshape(-1)
