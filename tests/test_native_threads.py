@@ -51,6 +51,20 @@ def test_a_resampler_starts_no_threads():
     assert native_threads() <= before
 
 
+@pytest.mark.parametrize("codec", ["opus", "g711", "g722"])
+def test_aiortcs_audio_encoders_start_no_threads(codec):
+    """aiortc makes a resampler per outgoing audio track (its encoder's); importing ``rtc_agent.rtc`` has them
+    made without threads."""
+    from aiortc.codecs import g711, g722, opus
+
+    make = {"opus": opus.OpusEncoder, "g711": g711.PcmuEncoder, "g722": g722.G722Encoder}[codec]
+    before = native_threads()
+    encoders = [make() for _ in range(3)]
+    for encoder in encoders:  # packets come out: the resampler's graph is configured
+        assert any(encoder.encode(stereo_48k_frame(i * 960))[0] for i in range(5))
+    assert native_threads() <= before
+
+
 async def test_ended_audio_reader_holds_no_resampler_threads():
     before = native_threads()
     readers = [AudioInput(ScriptedTrack("audio", [stereo_48k_frame(i * 960) for i in range(3)]), SessionClock(),
