@@ -5,6 +5,7 @@ lengths, per-row end-of-sequence, stop strings and token limits, the lean and th
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,51 @@ def test_each_row_is_handed_on_as_it_finishes() -> None:
     with pytest.raises(RuntimeError):  # an error handing a row on ends the batch
         greedy_batch(lambda pads, cap: LlamaBatchForward(model, pads, capacity=cap), prompts, max_new=[6, 2, 4],
                      eos_ids=set(), decode=str, done=broken)
+
+
+@pytest.mark.parametrize("path", ["lean", "transformers"])
+def test_finished_rows_leave_the_lean_batch_and_keep_their_keys_and_values(path: str) -> None:
+    """Where the forward drops rows (lean), a finished row leaves before the next step, so the steps compute only
+    the rows still decoding; each row's answer is still the one-at-a-time decode's, and the keys and values ``keep``
+    gets for a row as it leaves are those a fresh forward computes for its ids."""
+    model = build("qwen2")
+    prompts = [[3, 4, 5], [7, 8, 9, 10], [11, 12]]
+    max_new = [6, 2, 4]
+    widths: list[int] = []
+    kept: dict[tuple[int, ...], Any] = {}
+
+    def keep(forward: Any, pads: list[int], fed: list[list[int] | None]) -> None:
+        for b, ids in enumerate(fed):
+            if ids is not None:
+                kept[tuple(ids)] = forward.row_cache(b, len(ids))[0][0] if path == "lean" else None
+
+    got = greedy_batch(forwards(model)[path], prompts, max_new=max_new, eos_ids=set(), decode=str,
+                       step=lambda rows, decode: widths.append(rows) or contextlib.nullcontext(), keep=keep)
+    assert [g.ids for g in got] == [one_at_a_time(model, p, m, set()) for p, m in zip(prompts, max_new, strict=True)]
+    assert widths == ([3, 3, 2, 2, 1, 1] if path == "lean" else [3] * 6)
+    # every row is kept once, with its prompt and the tokens fed back (not its last one)
+    assert sorted(kept, key=len) == sorted((tuple(p + g.ids[:-1]) for p, g in zip(prompts, got, strict=True)), key=len)
+    if path == "lean":
+        for ids, keys in kept.items():
+            fresh = LlamaBatchForward(model, [0], capacity=len(ids))
+            with torch.inference_mode():
+                fresh.forward(torch.tensor([list(ids)]))
+            assert torch.allclose(keys, fresh.row_cache(0, len(ids))[0][0], atol=1e-5)
+
+
+def test_a_batch_cancelled_before_its_prefill_keeps_nothing_it_did_not_compute() -> None:
+    model = build("llama")
+    handed: list[list[int] | None] = []
+    got = greedy_batch(lambda pads, cap: LlamaBatchForward(model, pads, capacity=cap), [[3, 4, 5], [6, 7]],
+                       max_new=[4, 4], eos_ids=set(), decode=str, cancelled=[lambda: True, lambda: True],
+                       keep=lambda forward, pads, fed: handed.extend(fed))
+    assert [g.finish for g in got] == ["cancelled", "cancelled"] and handed == [[], []]
+    handed.clear()  # one row cancelled before the prefill: it leaves, the other decodes on
+    got = greedy_batch(lambda pads, cap: LlamaBatchForward(model, pads, capacity=cap), [[3, 4, 5], [6, 7]],
+                       max_new=[4, 4], eos_ids=set(), decode=str, cancelled=[lambda: True, lambda: False],
+                       keep=lambda forward, pads, fed: handed.extend(fed))
+    assert got[0].finish == "cancelled" and got[1].ids == one_at_a_time(model, [6, 7], 4, set())
+    assert handed == [[], None, [6, 7, *got[1].ids[:-1]]]
 
 
 def _word_tokenizer() -> Any:

@@ -57,7 +57,7 @@ class BatchModel:
     checkpoint: Callable[[], object] = lambda: None
     step: Callable[[int, bool], AbstractContextManager[None]] | None = None
     seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None
-    keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None
+    keep: Callable[[BatchForward, list[int], list[list[int] | None]], None] | None = None
 
 
 def _greedy(request: ChatRequest) -> bool:

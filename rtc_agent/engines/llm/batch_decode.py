@@ -15,7 +15,9 @@ cache per row), then feeds each row's chosen token back, one step for all rows a
 - with ``loops[b]``, its generated ids ending in a loop (:func:`~rtc_agent.engines.llm.loops.ends_in_loop`) ->
   ``"length"`` (as it would have ended).
 
-A finished row keeps a place in the batch (fed a dummy token; its results are ignored) until every row is done.
+A finished row leaves the batch before the next step where the forward can drop rows (``drops_rows``: the lean
+path; the steps of the rows still decoding cost less), else it keeps its place (fed a dummy token; its results are
+ignored) until every row is done.
 ``processors[b]`` are logits processors applied to row ``b`` alone with its own ids (prompt plus generated, no
 padding: e.g. transformers' ``RepetitionPenaltyLogitsProcessor``), exactly as a one-at-a-time decode applies them.
 The result of every row is the one-at-a-time greedy decode's, up to float rounding (tested on models built from a
@@ -70,7 +72,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                  checkpoint: Callable[[], object] = lambda: None,
                  step: Callable[[int, bool], AbstractContextManager[None]] | None = None,
                  seed: Callable[[BatchForward, Sequence[Sequence[int]], list[int]], int] | None = None,
-                 keep: Callable[[BatchForward, list[int], list[list[int]]], None] | None = None,
+                 keep: Callable[[BatchForward, list[int], list[list[int] | None]], None] | None = None,
                  done: Callable[[int, Decoded], object] | None = None,
                  loops: Sequence[bool] | None = None) -> list[Decoded]:
     """Decode ``prompts`` greedily together (see the module docstring).
@@ -82,10 +84,11 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
 
     ``seed(forward, prompts, pads)``, when given, may put the keys and values of the prompts' first tokens in place and
     returns the first column to compute (0: all; every row's real tokens before it must be seeded). ``keep(forward,
-    pads, fed)`` is called after the decode with each row's token ids whose keys and values the forward holds from
-    column ``pads[b]`` on (its prompt and the generated tokens fed back; not after a failed forward). ``done(b,
-    decoded)`` gets each row's outcome (the one returned) as soon as the row finishes; an exception it raises ends
-    the batch (it propagates).
+    pads, fed)`` gets, for each of the forward's rows, its padding and the token ids whose keys and values the forward
+    holds from that column on (its prompt and the generated tokens fed back), or None for a row not to keep: for the
+    rows that leave the batch just before they do, for the others after the decode (not after a failed forward).
+    ``done(b, decoded)`` gets each row's outcome (the one returned) as soon as the row finishes; an exception it
+    raises ends the batch (it propagates).
     """
     import torch
 
@@ -114,6 +117,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
     texts: list[str | None] = [None] * rows
     first: list[float | None] = [None] * rows
     out: list[Decoded | None] = [None] * rows
+    at = list(range(rows))  # the prompt row of each of the forward's rows (finished ones leave where it can)
 
     def settle() -> None:
         """Build the outcome of every row that has just finished, and hand it to ``done``."""
@@ -123,21 +127,33 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                 if done is not None:
                     done(b, out[b])
 
+    def fed(b: int) -> list[int]:
+        """Row ``b``'s ids whose keys and values the forward holds (its last token was fed only if the decode
+        went on after it; a row cancelled before the prefill holds only what was seeded)."""
+        return history[b][:max(0, min(len(history[b]) - bool(generated[b]), forward.length - pads[b]))]
+
     while True:
-        for b in range(rows):
+        for b in at:
             if finish[b] is None and cancelled[b]():
                 finish[b] = "cancelled"
         settle()
-        if all(f is not None for f in finish):
+        if all(finish[b] is not None for b in at):
             break
+        gone = [i for i, b in enumerate(at) if finish[b] is not None]
+        if gone and forward.drops_rows:  # the rows still decoding go on without them
+            if keep is not None:
+                keep(forward, [pads[b] for b in at], [fed(b) if i in gone else None for i, b in enumerate(at)])
+            forward.drop_rows(gone)
+            staying = [i for i in range(len(at)) if i not in gone]
+            at, step_input = [at[i] for i in staying], step_input[staying]
         checkpoint()
-        with torch.inference_mode(), (step or _no_step)(rows, step_input.shape[1] == 1):
+        with torch.inference_mode(), (step or _no_step)(len(at), step_input.shape[1] == 1):
             logits = forward.forward(step_input)
-        next_ids = [filler] * rows
-        for b in range(rows):
+        next_ids = [filler] * len(at)
+        for i, b in enumerate(at):
             if finish[b] is not None:
                 continue
-            row = logits[b:b + 1]
+            row = logits[i:i + 1]
             if processors[b]:
                 ids = torch.tensor([history[b]], dtype=torch.long)
                 for processor in processors[b]:
@@ -150,7 +166,7 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
                 first[b] = time.monotonic() - start
             generated[b].append(token)
             history[b].append(token)
-            next_ids[b] = token
+            next_ids[i] = token
             if stops[b]:
                 text = decode(generated[b])
                 cut = first_stop(text, stops[b])
@@ -160,8 +176,8 @@ def greedy_batch(make_forward: Callable[[list[int], int], BatchForward], prompts
             if len(generated[b]) >= max_new[b] or (loops[b] and ends_in_loop(generated[b])):
                 finish[b] = "length"
         step_input = torch.tensor(next_ids, dtype=torch.long).unsqueeze(1)
-    if keep is not None:  # a row's last token was fed only if the decode went on after it
-        keep(forward, pads, [ids[:-1] if generated[b] else ids for b, ids in enumerate(history)])
+    if keep is not None:
+        keep(forward, [pads[b] for b in at], [fed(b) for b in at])
     return [d for d in out if d is not None]
 
 

@@ -16,6 +16,9 @@ its row's real tokens (column minus padding), so each row computes what it would
 - :class:`TransformersBatchForward`: any causal LM through its own forward (attention mask, position ids, the
   model's KV cache object).
 
+A row whose decode has ended can leave the batch (:meth:`BatchForward.drop_rows`, where ``drops_rows``: the lean
+path), so the steps of the rows still decoding no longer compute it.
+
 ``before_layer`` (lean path) is called before every layer, like ``LlamaDecoder.before_layer``. Neither is
 thread-safe; both are made per batch and dropped after it (the engine's own prefix cache is left untouched).
 """
@@ -32,7 +35,11 @@ __all__ = ["BatchForward", "LlamaBatchForward", "TransformersBatchForward"]
 
 
 class BatchForward:
-    """The contract of a batched forward (see the module docstring); subclasses implement :meth:`forward`."""
+    """The contract of a batched forward (see the module docstring); subclasses implement :meth:`forward`, and
+    those that set ``drops_rows`` :meth:`drop_rows`."""
+
+    #: whether :meth:`drop_rows` can take rows out of the batch
+    drops_rows = False
 
     def __init__(self, pads: Sequence[int]) -> None:
         import torch
@@ -56,6 +63,22 @@ class BatchForward:
         """The last column's logits of each row (float32, ``[rows, vocab]``) after appending ``ids``."""
         raise NotImplementedError
 
+    def drop_rows(self, gone: Sequence[int]) -> None:
+        """Take the rows at indices ``gone`` out of the batch (with their caches): later forwards take and return
+        the other rows, in their order, and ``pads`` and :meth:`row_cache`-style indices count only them. At least
+        one row must stay."""
+        raise NotImplementedError(f"{type(self).__name__} keeps every row")
+
+    def _keep_rows(self, gone: Sequence[int]) -> Any:
+        """Check ``gone``, shrink ``rows`` and ``pads`` to the other rows and return their indices (a tensor)."""
+        leaving = set(gone)
+        if not leaving <= set(range(self.rows)) or len(leaving) >= self.rows:
+            raise ValueError(f"cannot drop rows {sorted(leaving)} of a batch of {self.rows}")
+        index = self._torch.tensor([r for r in range(self.rows) if r not in leaving], dtype=self._torch.long)
+        self.pads = self.pads[index]
+        self.rows = int(index.numel())
+        return index
+
 
 class LlamaBatchForward(BatchForward):
     """The lean batched forward for models :func:`~rtc_agent.engines.llm.llama_decoder.unsupported_reason`
@@ -75,6 +98,13 @@ class LlamaBatchForward(BatchForward):
             probe = torch.zeros(1, 1, self.head_dim, dtype=torch.float32)
             cos, sin = base.rotary_emb(probe, torch.arange(self.capacity).unsqueeze(0))
         self._cos, self._sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [capacity, head_dim]
+
+    drops_rows = True
+
+    def drop_rows(self, gone: Sequence[int]) -> None:
+        index = self._keep_rows(gone)
+        self._keys = [k.index_select(0, index) for k in self._keys]
+        self._values = [v.index_select(0, index) for v in self._values]
 
     def seed(self, row: int, keys: list[Any], values: list[Any], n: int) -> None:
         """Put the first ``n`` tokens' keys and values of ``row`` in place (per layer ``[kv_heads, >= n,

@@ -144,11 +144,13 @@ class RowCache:
                 self.seeded_tokens += first - pads[b]
         return first
 
-    def keep_batch(self, forward: BatchForward, pads: list[int], fed: list[list[int]]) -> None:
-        """Keep every row of a finished lean batch (``fed``: the ids each row's columns hold)."""
+    def keep_batch(self, forward: BatchForward, pads: list[int], fed: Sequence[Sequence[int] | None]) -> None:
+        """Keep the rows of a lean batch (``fed``: per row of the forward, the ids its columns hold, or None: not
+        kept), as :func:`~rtc_agent.engines.llm.batch_decode.greedy_batch` hands them on."""
         if isinstance(forward, LlamaBatchForward):
             for b, ids in enumerate(fed):
-                self.keep(ids, *forward.row_cache(b, len(ids)))
+                if ids is not None and len(ids) >= self.min_tokens:
+                    self.keep(ids, *forward.row_cache(b, len(ids)))
 
     def clear(self) -> None:
         self._rows.clear()
