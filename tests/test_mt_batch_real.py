@@ -118,7 +118,13 @@ SENTENCES = ("Please hold while I try to connect your call.",
              "The weather tomorrow will be sunny with a light wind from the west.",
              "I would like to book a table for four people on Friday evening.",
              "We are sorry, the number you have dialed is not in service.",
-             "To repeat this menu, press the star key at any time.")
+             "To repeat this menu, press the star key at any time.",
+             "The train to the airport leaves every twenty minutes from platform four.",
+             "Please remember to switch off the lights when you leave the office tonight.",
+             "We have received your message and will call you back as soon as possible.",
+             "Our new office opens next week, so bring your questions to the meeting on Friday.",
+             "She bought three tickets for the concert, but her brother could not come.",
+             "Thank you for calling, all of our agents are busy helping other customers.")
 
 
 def _translate_all(mode: str) -> tuple[list[list[str]], int, str]:
@@ -151,7 +157,7 @@ def _translate_all(mode: str) -> tuple[list[list[str]], int, str]:
 def test_batched_decode_steps_in_int8_translate_as_the_int4_kernel_does() -> None:
     """With ``llm_batch_int8`` the decode steps of three rows take the int8 x int8 products (where this torch runs
     them) and the translations stay those of the int4 kernel, up to the rounding of 8-bit inputs: chrF between
-    the two over six sentences into three languages, per language."""
+    the two over twelve sentences into three languages, per language."""
     import torch
 
     from rtc_agent.engines.llm import batch_int8
