@@ -84,6 +84,8 @@ class LlamaBatchForward(BatchForward):
     """The lean batched forward for models :func:`~rtc_agent.engines.llm.llama_decoder.unsupported_reason`
     accepts; ``capacity``: the most columns it will be fed (padded prompt plus new tokens)."""
 
+    drops_rows = True
+
     def __init__(self, model: Any, pads: Sequence[int], *, capacity: int) -> None:
         super().__init__(pads)
         take_llama_parts(self, model, "LlamaBatchForward")
@@ -98,8 +100,6 @@ class LlamaBatchForward(BatchForward):
             probe = torch.zeros(1, 1, self.head_dim, dtype=torch.float32)
             cos, sin = base.rotary_emb(probe, torch.arange(self.capacity).unsqueeze(0))
         self._cos, self._sin = cos[0].to(self.dtype), sin[0].to(self.dtype)  # [capacity, head_dim]
-
-    drops_rows = True
 
     def drop_rows(self, gone: Sequence[int]) -> None:
         index = self._keep_rows(gone)
